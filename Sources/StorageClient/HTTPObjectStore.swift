@@ -1,0 +1,392 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOCore
+import NIOFileSystem
+import NIOFoundationCompat
+import NIOHTTP1
+import Synchronization
+public import StorageProtocol
+
+/// `ObjectStore` over HTTP with AsyncHTTPClient: keep-alive connection pool, retries of
+/// idempotent calls with backoff, streaming uploads from files, bounded reads.
+///
+/// ```swift
+/// let store = HTTPObjectStore(configuration: .init(endpoint: "http://127.0.0.1:8420", token: token))
+/// defer { Task { try await store.shutdown() } }
+/// let record = try await store.upload(.file(path: "a.txt"), size: 5, to: ns, try StoragePath("docs/a.txt"))
+/// ```
+public final class HTTPObjectStore: ObjectStore {
+    public struct Configuration: Sendable {
+        /// The server's base URL, e.g. `http://127.0.0.1:8420`.
+        public var endpoint: String
+        public var token: String?
+        /// Retries of idempotent calls (everything but `send`, whose resumption `upload` handles).
+        public var retry: RetryPolicy = .default
+        /// Deadline of a metadata call.
+        public var requestTimeout: Duration = .seconds(60)
+        /// An upload or download that moves no byte for this long fails.
+        public var idleTimeout: Duration = .seconds(60)
+        public var maxConnectionsPerHost: Int = 32
+
+        public init(endpoint: String, token: String?) {
+            self.endpoint = endpoint.hasSuffix("/") ? String(endpoint.dropLast()) : endpoint
+            self.token = token
+        }
+    }
+
+    public let configuration: Configuration
+    let client: HTTPClient
+
+    public init(configuration: Configuration) {
+        self.configuration = configuration
+        var c = HTTPClient.Configuration(
+            redirectConfiguration: .disallow,
+            timeout: .init(connect: .seconds(10), read: .nanoseconds(Int64(configuration.idleTimeout.components.seconds) * 1_000_000_000)))
+        c.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: configuration.maxConnectionsPerHost)
+        c.decompression = .disabled
+        client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: c)
+    }
+
+    /// Closes the connection pool. Call once, when done.
+    public func shutdown() async throws { try await client.shutdown() }
+
+    // MARK: - Requests
+
+    struct Answer {
+        var status: Int
+        var headers: HTTPHeaders
+        var body: ByteBuffer
+    }
+
+    func url(_ path: String, query: [(String, String)] = []) -> String {
+        var u = configuration.endpoint + path
+        if !query.isEmpty { u += "?" + query.map { "\($0.0)=\(PathEncoding.encode(query: $0.1))" }.joined(separator: "&") }
+        return u
+    }
+
+    func makeRequest(_ method: HTTPMethod, _ url: String, body: ByteBuffer? = nil, headers: [(String, String)] = [], authorized: Bool = true) -> HTTPClientRequest {
+        var r = HTTPClientRequest(url: url)
+        r.method = method
+        if authorized, let token = configuration.token { r.headers.add(name: "Authorization", value: "Bearer \(token)") }
+        for (k, v) in headers { r.headers.add(name: k, value: v) }
+        if let body {
+            r.headers.add(name: "Content-Type", value: "application/json")
+            r.body = .bytes(body)
+        }
+        return r
+    }
+
+    /// Sends a request (again, on transient failure, when `idempotent`), collects a bounded body.
+    func execute(_ request: @autoclosure () -> HTTPClientRequest, idempotent: Bool = true, maxBody: Int = 64 << 20, timeout: Duration? = nil) async throws -> Answer {
+        let policy = idempotent ? configuration.retry : .none
+        return try await policy.run {
+            try await executeOnce(request(), maxBody: maxBody, timeout: timeout ?? configuration.requestTimeout)
+        }
+    }
+
+    func executeOnce(_ request: HTTPClientRequest, maxBody: Int, timeout: Duration) async throws -> Answer {
+        do {
+            let response = try await client.execute(request, timeout: .nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000))
+            let body = try await response.body.collect(upTo: maxBody)
+            let answer = Answer(status: Int(response.status.code), headers: response.headers, body: body)
+            if answer.status >= 500 || answer.status == 429 || answer.status == 408 {
+                if answer.status == 507 { throw error(for: answer) }
+                throw StorageError(.unavailable, "the server answered \(answer.status)", status: answer.status, code: decodeError(answer.body)?.code)
+            }
+            return answer
+        } catch let e as StorageError {
+            throw e
+        } catch is CancellationError {
+            throw StorageError(.cancelled, "cancelled")
+        } catch {
+            if Task.isCancelled { throw StorageError(.cancelled, "cancelled") }
+            throw StorageError(.unavailable, "cannot reach \(configuration.endpoint): \(error)")
+        }
+    }
+
+    func decodeError(_ body: ByteBuffer) -> ErrorBody? {
+        try? JSONDecoder().decode(ErrorBody.self, from: Data(body.readableBytesView))
+    }
+
+    func error(for answer: Answer) -> StorageError {
+        StorageError.from(status: answer.status, body: decodeError(answer.body))
+    }
+
+    func decode<T: Decodable>(_ type: T.Type, _ answer: Answer, expect: Set<Int> = [200, 201]) throws -> T {
+        guard expect.contains(answer.status) else { throw error(for: answer) }
+        do {
+            return try JSONDecoder().decode(T.self, from: Data(answer.body.readableBytesView))
+        } catch {
+            throw StorageError(.protocolViolation, "cannot decode the server's answer as \(T.self): \(error)", status: answer.status)
+        }
+    }
+
+    func expect(_ answer: Answer, _ statuses: Set<Int>) throws {
+        guard statuses.contains(answer.status) else { throw error(for: answer) }
+    }
+
+    static func json(_ value: some Encodable) -> ByteBuffer { ByteBuffer(bytes: WireJSON.encode(value)) }
+
+    // MARK: - Namespaces
+
+    public func namespaces() async throws -> [NamespaceRecord] {
+        try decode(NamespaceList.self, try await execute(makeRequest(.GET, url(Routes.namespaces)))).items
+    }
+
+    public func createNamespace(_ ns: Namespace) async throws -> NamespaceRecord {
+        try decode(NamespaceRecord.self, try await execute(makeRequest(.PUT, url(Routes.namespace(ns)))))
+    }
+
+    public func deleteNamespace(_ ns: Namespace, recursive: Bool) async throws {
+        let answer = try await execute(makeRequest(.DELETE, url(Routes.namespace(ns), query: recursive ? [("recursive", "true")] : [])))
+        try expect(answer, [204])
+    }
+
+    // MARK: - Metadata
+
+    public func record(_ ns: Namespace, _ path: StoragePath) async throws -> FileRecord {
+        try decode(FileRecord.self, try await execute(makeRequest(.GET, url(Routes.file(ns, path)))))
+    }
+
+    public func list(_ ns: Namespace, folder: StoragePath, after: String?, limit: Int) async throws -> ListPage {
+        var query = [("delimiter", "/"), ("limit", String(limit))]
+        if !folder.isRoot { query.append(("prefix", folder.string + "/")) }
+        if let after { query.append(("next_id", after)) }
+        let page = try decode(BrowseResponse.self, try await execute(makeRequest(.GET, url(Routes.browse(ns), query: query))))
+        let entries = (page.folders + page.items).sorted { $0.fileName < $1.fileName }
+        return ListPage(entries: entries, next: page.page.hasNext ? page.page.nextId : nil)
+    }
+
+    public func update(_ ns: Namespace, _ path: StoragePath, _ patch: FilePatch, ifMatch: String?) async throws -> FileRecord {
+        let headers = ifMatch.map { [("If-Match", "\"\($0)\"")] } ?? []
+        return try decode(FileRecord.self, try await execute(makeRequest(.PATCH, url(Routes.file(ns, path)), body: Self.json(patch), headers: headers)))
+    }
+
+    public func delete(_ ns: Namespace, _ path: StoragePath, ifMatch: String?) async throws {
+        let headers = ifMatch.map { [("If-Match", "\"\($0)\"")] } ?? []
+        var attempt = 0
+        let answer = try await execute({ attempt += 1; return makeRequest(.DELETE, url(Routes.file(ns, path)), headers: headers) }())
+        // A retry of a delete whose first answer was lost finds nothing: that is success.
+        if answer.status == 404 && attempt > 1 { return }
+        try expect(answer, [204])
+    }
+
+    public func makeFolder(_ ns: Namespace, _ path: StoragePath, _ request: FolderRequest) async throws -> FileRecord {
+        try decode(FileRecord.self, try await execute(makeRequest(.PUT, url(Routes.folder(ns, path)), body: Self.json(request))))
+    }
+
+    public func removeFolder(_ ns: Namespace, _ path: StoragePath) async throws {
+        var attempt = 0
+        let answer = try await execute({ attempt += 1; return makeRequest(.DELETE, url(Routes.folder(ns, path))) }())
+        if answer.status == 404 && attempt > 1 { return }
+        try expect(answer, [204])
+    }
+
+    public func rename(_ ns: Namespace, from: StoragePath, to: StoragePath, replace: Bool, exchange: Bool) async throws -> FileRecord {
+        let body = Self.json(RenameRequest(from: from.string, to: to.string, replace: replace, exchange: exchange))
+        var attempt = 0
+        let answer = try await execute({ attempt += 1; return makeRequest(.POST, url(Routes.rename(ns)), body: body) }())
+        if answer.status == 404 && attempt > 1 && !exchange, let moved = try? await record(ns, to) {
+            // The first attempt did the rename; its answer was lost.
+            return moved
+        }
+        return try decode(FileRecord.self, answer)
+    }
+
+    public func makeNode(_ ns: Namespace, _ path: StoragePath, _ request: NodeRequest) async throws -> FileRecord {
+        try decode(FileRecord.self, try await execute(makeRequest(.PUT, url(Routes.node(ns, path)), body: Self.json(request)), idempotent: false))
+    }
+
+    public func link(_ ns: Namespace, from: StoragePath, to: StoragePath) async throws -> FileRecord {
+        let body = Self.json(LinkRequest(from: from.string, to: to.string))
+        return try decode(FileRecord.self, try await execute(makeRequest(.POST, url(Routes.link(ns)), body: body), idempotent: false))
+    }
+
+    // MARK: - Uploads
+
+    public func startUpload(_ ns: Namespace, _ request: StartUploadRequest) async throws -> StartUploadResponse {
+        try decode(StartUploadResponse.self, try await execute(makeRequest(.POST, url(Routes.startUpload(ns)), body: Self.json(request))))
+    }
+
+    public func uploadedBytes(_ session: StartUploadResponse) async throws -> Int64 {
+        let answer = try await execute(makeRequest(.HEAD, session.upload.url, headers: [(Tus.resumable, Tus.version)], authorized: false))
+        try expect(answer, [200])
+        guard let offset = answer.headers.first(name: Tus.uploadOffset).flatMap({ Int64($0) }) else {
+            throw StorageError(.protocolViolation, "the storage link's HEAD has no Upload-Offset")
+        }
+        return offset
+    }
+
+    public func send(_ session: StartUploadResponse, from source: UploadSource, offset: Int64, end: Int64, progress: ProgressHandler?) async throws -> Int64 {
+        precondition(offset >= 0 && offset <= end && end <= session.size)
+        let whole = offset == 0 && end == session.size
+        var headers: [(String, String)] = []
+        if !whole {
+            headers = [(Tus.resumable, Tus.version), (Tus.uploadOffset, String(offset)), ("Content-Type", Tus.offsetContentType)]
+        }
+        var request = makeRequest(whole ? .PUT : .PATCH, session.upload.url, headers: headers, authorized: false)
+        let total = session.size
+        let counter = progress.map { ProgressCounter(base: offset, total: total, report: $0) }
+        let answer: Answer
+        switch source {
+        case .bytes(let buffer):
+            guard Int64(buffer.readableBytes) >= end else { throw StorageError(.localIO, "the source has \(buffer.readableBytes) bytes, fewer than \(end)") }
+            let slice = buffer.getSlice(at: buffer.readerIndex + Int(offset), length: Int(end - offset)) ?? ByteBuffer()
+            request.body = .bytes(slice)
+            answer = try await executeOnce(request, maxBody: 1 << 20, timeout: .seconds(3600))
+            counter?.add(Int64(slice.readableBytes))
+        case .file(let path):
+            answer = try await withFile(path) { handle in
+                let chunks = handle.readChunks(in: offset..<end, chunkLength: .mebibytes(1))
+                request.body = .stream(CountingChunks(base: chunks, counter: counter), length: .known(end - offset))
+                return try await executeOnce(request, maxBody: 1 << 20, timeout: .seconds(24 * 3600))
+            }
+        }
+        guard answer.status == 200 || answer.status == 204 else { throw error(for: answer) }
+        guard let newOffset = answer.headers.first(name: Tus.uploadOffset).flatMap({ Int64($0) }) else {
+            throw StorageError(.protocolViolation, "the storage link's answer has no Upload-Offset")
+        }
+        return newOffset
+    }
+
+    func withFile<T: Sendable>(_ path: String, _ body: (ReadFileHandle) async throws -> T) async throws -> T {
+        let handle: ReadFileHandle
+        do {
+            handle = try await FileSystem.shared.openFile(forReadingAt: FilePath(path))
+        } catch {
+            throw StorageError(.localIO, "cannot open \(path): \(error)")
+        }
+        do {
+            let result = try await body(handle)
+            try? await handle.close()
+            return result
+        } catch {
+            try? await handle.close()
+            throw error
+        }
+    }
+
+    public func completeUpload(_ session: StartUploadResponse) async throws -> FileRecord {
+        let ns = try Namespace(session.namespace)
+        return try decode(FileRecord.self, try await execute(makeRequest(.POST, url(Routes.completeUpload(ns)), body: Self.json(session))))
+    }
+
+    public func abandonUpload(_ session: StartUploadResponse) async throws {
+        let answer = try await execute(makeRequest(.DELETE, session.upload.url, headers: [(Tus.resumable, Tus.version)], authorized: false))
+        if answer.status == 404 { return }
+        try expect(answer, [204])
+    }
+
+    // MARK: - Reads
+
+    public func signedURLs(_ ns: Namespace, _ paths: [StoragePath], expiry: Int) async throws -> [SignedURL] {
+        var out: [SignedURL] = []
+        for start in stride(from: 0, to: paths.count, by: 1000) {
+            let batch = paths[start..<min(start + 1000, paths.count)]
+            let body = Self.json(SignURLsRequest(expiry: expiry, urls: batch.map { Routes.cdn(ns, $0) }))
+            out += try decode(SignURLsResponse.self, try await execute(makeRequest(.POST, url(Routes.signURLs), body: body))).urls
+        }
+        return out
+    }
+
+    public func read(url: String, range: Range<Int64>?, ifMatch: String?) async throws -> ReadResult {
+        var headers: [(String, String)] = []
+        if let range {
+            guard !range.isEmpty else { return ReadResult(bytes: ByteBuffer(), etag: nil, totalSize: nil) }
+            headers.append(("Range", "bytes=\(range.lowerBound)-\(range.upperBound - 1)"))
+        }
+        if let ifMatch { headers.append(("If-Match", "\"\(ifMatch)\"")) }
+        let limit = range.map { Int($0.count) + 1024 } ?? (1 << 30)
+        let answer = try await execute(makeRequest(.GET, url, headers: headers, authorized: false), maxBody: limit, timeout: .seconds(600))
+        guard answer.status == 200 || answer.status == 206 else { throw error(for: answer) }
+        let etag = answer.headers.first(name: "ETag").map { $0.trimmingCharacters(in: CharacterSet(charactersIn: "\"")) }
+        var total: Int64?
+        if let cr = answer.headers.first(name: "Content-Range"), let slash = cr.lastIndex(of: "/") {
+            total = Int64(cr[cr.index(after: slash)...])
+        } else if answer.status == 200 {
+            total = Int64(answer.body.readableBytes)
+        }
+        var bytes = answer.body
+        if answer.status == 200, let range {
+            // The server ignored the range (it may, for a file smaller than asked): cut it here.
+            let lower = Int(min(range.lowerBound, Int64(bytes.readableBytes)))
+            let upper = Int(min(range.upperBound, Int64(bytes.readableBytes)))
+            bytes = bytes.getSlice(at: bytes.readerIndex + lower, length: upper - lower) ?? ByteBuffer()
+        }
+        return ReadResult(bytes: bytes, etag: etag, totalSize: total)
+    }
+
+    /// Streams a whole file by signed URL into a local file, with progress.
+    public func download(url: String, to path: String, progress: ProgressHandler? = nil) async throws -> Int64 {
+        let request = makeRequest(.GET, url, authorized: false)
+        let response: HTTPClientResponse
+        do {
+            response = try await client.execute(request, timeout: .hours(24))
+        } catch {
+            throw StorageError(.unavailable, "cannot reach \(configuration.endpoint): \(error)")
+        }
+        guard response.status == .ok else {
+            let body = try await response.body.collect(upTo: 1 << 20)
+            throw StorageError.from(status: Int(response.status.code), body: decodeError(body))
+        }
+        let total = response.headers.first(name: "Content-Length").flatMap { Int64($0) } ?? -1
+        var written: Int64 = 0
+        do {
+            try await FileSystem.shared.withFileHandle(forWritingAt: FilePath(path), options: .newFile(replaceExisting: true)) { handle in
+                var writer = handle.bufferedWriter(capacity: .mebibytes(1))
+                for try await chunk in response.body {
+                    try await writer.write(contentsOf: chunk)
+                    written += Int64(chunk.readableBytes)
+                    progress?(written, total)
+                }
+                try await writer.flush()
+            }
+        } catch let e as StorageError {
+            throw e
+        } catch {
+            throw StorageError(.localIO, "cannot write \(path): \(error)")
+        }
+        return written
+    }
+}
+
+/// Counts bytes handed to the HTTP client and reports progress.
+final class ProgressCounter: Sendable {
+    private let state: Mutex<Int64>
+    let total: Int64
+    let report: ProgressHandler
+
+    init(base: Int64, total: Int64, report: @escaping ProgressHandler) {
+        state = Mutex(base)
+        self.total = total
+        self.report = report
+    }
+
+    func add(_ n: Int64) {
+        let now = state.withLock { v in
+            v += n
+            return v
+        }
+        report(now, total)
+    }
+}
+
+/// File chunks that tick a progress counter as they are consumed.
+struct CountingChunks<Base: AsyncSequence & Sendable>: AsyncSequence, Sendable where Base.Element == ByteBuffer {
+    typealias Element = ByteBuffer
+    let base: Base
+    let counter: ProgressCounter?
+
+    struct AsyncIterator: AsyncIteratorProtocol {
+        var base: Base.AsyncIterator
+        let counter: ProgressCounter?
+        mutating func next() async throws -> ByteBuffer? {
+            guard let chunk = try await base.next() else { return nil }
+            counter?.add(Int64(chunk.readableBytes))
+            return chunk
+        }
+    }
+
+    func makeAsyncIterator() -> AsyncIterator { AsyncIterator(base: base.makeAsyncIterator(), counter: counter) }
+}

@@ -1,0 +1,94 @@
+public import NIOCore
+public import StorageProtocol
+
+/// The storage service as the filesystem sees it: namespaces, a tree of files and folders,
+/// uploads in three steps, and ranged reads through signed URLs.
+///
+/// Three implementations ship as library code: `HTTPObjectStore` (a real `stowd` over HTTP),
+/// `InMemoryObjectStore` (for engine tests and benchmarks without a server) and
+/// `FaultInjectingObjectStore` (wraps another and drops, fails or delays calls).
+///
+/// Every method throws `StorageError`. Transient failures are retried inside the HTTP
+/// implementation (3 attempts with backoff) before `.unavailable` is thrown.
+public protocol ObjectStore: Sendable {
+    // MARK: Namespaces
+    func namespaces() async throws -> [NamespaceRecord]
+    func createNamespace(_ ns: Namespace) async throws -> NamespaceRecord
+    func deleteNamespace(_ ns: Namespace, recursive: Bool) async throws
+
+    // MARK: Metadata
+    /// The record of a file, folder or other node; `.notFound` when missing.
+    func record(_ ns: Namespace, _ path: StoragePath) async throws -> FileRecord
+    /// One level of a folder, in name order, after the name `after`.
+    func list(_ ns: Namespace, folder: StoragePath, after: String?, limit: Int) async throws -> ListPage
+    func update(_ ns: Namespace, _ path: StoragePath, _ patch: FilePatch, ifMatch: String?) async throws -> FileRecord
+    func delete(_ ns: Namespace, _ path: StoragePath, ifMatch: String?) async throws
+    func makeFolder(_ ns: Namespace, _ path: StoragePath, _ request: FolderRequest) async throws -> FileRecord
+    func removeFolder(_ ns: Namespace, _ path: StoragePath) async throws
+    func rename(_ ns: Namespace, from: StoragePath, to: StoragePath, replace: Bool, exchange: Bool) async throws -> FileRecord
+    func makeNode(_ ns: Namespace, _ path: StoragePath, _ request: NodeRequest) async throws -> FileRecord
+    func link(_ ns: Namespace, from: StoragePath, to: StoragePath) async throws -> FileRecord
+
+    // MARK: Uploads (start → send → complete)
+    func startUpload(_ ns: Namespace, _ request: StartUploadRequest) async throws -> StartUploadResponse
+    /// How many bytes of the upload the server holds (tus HEAD).
+    func uploadedBytes(_ session: StartUploadResponse) async throws -> Int64
+    /// Sends `source[offset..<end]`: a PUT of the whole when `offset` is 0 and `end` is the size, a
+    /// tus PATCH otherwise. Returns the server's new offset. No retries here: see `upload(…)`.
+    func send(_ session: StartUploadResponse, from source: UploadSource, offset: Int64, end: Int64, progress: ProgressHandler?) async throws -> Int64
+    func completeUpload(_ session: StartUploadResponse) async throws -> FileRecord
+    func abandonUpload(_ session: StartUploadResponse) async throws
+
+    // MARK: Reads
+    /// Signed URLs for reading these paths, valid `expiry` seconds.
+    func signedURLs(_ ns: Namespace, _ paths: [StoragePath], expiry: Int) async throws -> [SignedURL]
+    /// Bytes of a file by signed URL. `ifMatch`: fail with `.preconditionFailed` if the file's ETag changed.
+    func read(url: String, range: Range<Int64>?, ifMatch: String?) async throws -> ReadResult
+}
+
+/// One page of a folder listing: its files and sub-folders (records), and where to continue.
+public struct ListPage: Sendable, Equatable {
+    public var entries: [FileRecord]
+    /// Pass as `after` to get the next page; nil on the last page.
+    public var next: String?
+    public init(entries: [FileRecord], next: String?) {
+        self.entries = entries
+        self.next = next
+    }
+}
+
+/// What an upload reads its bytes from.
+public enum UploadSource: Sendable {
+    case bytes(ByteBuffer)
+    /// A local file; only the range an upload asks for is read.
+    case file(path: String)
+}
+
+/// Bytes read from a file, with the ETag and total size the server reported.
+public struct ReadResult: Sendable {
+    public var bytes: ByteBuffer
+    public var etag: String?
+    public var totalSize: Int64?
+    public init(bytes: ByteBuffer, etag: String?, totalSize: Int64?) {
+        self.bytes = bytes
+        self.etag = etag
+        self.totalSize = totalSize
+    }
+}
+
+/// Called as bytes go out: (bytes sent so far in this upload, total bytes).
+public typealias ProgressHandler = @Sendable (Int64, Int64) -> Void
+
+extension ObjectStore {
+    /// Every entry of a folder, following pages.
+    public func listAll(_ ns: Namespace, folder: StoragePath, pageSize: Int = 1000) async throws -> [FileRecord] {
+        var out: [FileRecord] = []
+        var after: String?
+        repeat {
+            let page = try await list(ns, folder: folder, after: after, limit: pageSize)
+            out += page.entries
+            after = page.next
+        } while after != nil
+        return out
+    }
+}

@@ -1,0 +1,413 @@
+/// What a path names: a file, a folder, or (POSIX completeness) a link or special file.
+public enum NodeKind: String, Codable, Sendable, CaseIterable {
+    case file
+    case directory = "dir"
+    case symlink
+    case fifo
+    case socket
+    case characterDevice = "chr"
+    case blockDevice = "blk"
+}
+
+/// A file record (the seed's DbRecord): a view of one entry (a path) plus its inode.
+///
+/// Folders use the same record with `kind == .directory`, so that one listing call can fill the
+/// attributes of every child.
+public struct FileRecord: Codable, Sendable, Equatable {
+    public var id: String
+    public var fileName: String
+    public var filePath: String
+    public var contentType: String
+    public var namespace: String
+    public var operation: String
+    public var size: Int64
+    public var upload: UploadLink?
+    public var cdn: CDNLink
+    public var success: Bool
+    public var tags: [String]
+    public var createdOn: String
+    public var modifiedOn: String
+    /// Changes whenever the content changes (one value per stored blob).
+    public var etag: String
+    public var sha256: String?
+    public var metadata: [String: String]
+    public var isPublic: Bool
+    // POSIX view of the inode.
+    public var kind: NodeKind
+    public var inode: UInt64
+    public var mode: UInt32
+    public var uid: UInt32
+    public var gid: UInt32
+    public var nlink: UInt32
+    public var atimeNs: Int64
+    public var mtimeNs: Int64
+    public var ctimeNs: Int64
+    public var target: String?
+    public var rdev: UInt64?
+
+    public init(
+        id: String, fileName: String, filePath: String, contentType: String, namespace: String, operation: String = "putObject",
+        size: Int64, upload: UploadLink? = nil, cdn: CDNLink, success: Bool = true, tags: [String], createdOn: String,
+        modifiedOn: String, etag: String, sha256: String?, metadata: [String: String], isPublic: Bool, kind: NodeKind,
+        inode: UInt64, mode: UInt32, uid: UInt32, gid: UInt32, nlink: UInt32, atimeNs: Int64, mtimeNs: Int64, ctimeNs: Int64,
+        target: String? = nil, rdev: UInt64? = nil
+    ) {
+        self.id = id
+        self.fileName = fileName
+        self.filePath = filePath
+        self.contentType = contentType
+        self.namespace = namespace
+        self.operation = operation
+        self.size = size
+        self.upload = upload
+        self.cdn = cdn
+        self.success = success
+        self.tags = tags
+        self.createdOn = createdOn
+        self.modifiedOn = modifiedOn
+        self.etag = etag
+        self.sha256 = sha256
+        self.metadata = metadata
+        self.isPublic = isPublic
+        self.kind = kind
+        self.inode = inode
+        self.mode = mode
+        self.uid = uid
+        self.gid = gid
+        self.nlink = nlink
+        self.atimeNs = atimeNs
+        self.mtimeNs = mtimeNs
+        self.ctimeNs = ctimeNs
+        self.target = target
+        self.rdev = rdev
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case id = "_id"
+        case fileName = "file_name"
+        case filePath = "file_path"
+        case contentType = "content_type"
+        case namespace, operation, size, upload, cdn, success, tags
+        case createdOn = "created_on"
+        case modifiedOn = "modified_on"
+        case etag, sha256, metadata
+        case isPublic = "public"
+        case kind, inode, mode, uid, gid, nlink
+        case atimeNs = "atime_ns"
+        case mtimeNs = "mtime_ns"
+        case ctimeNs = "ctime_ns"
+        case target, rdev
+    }
+}
+
+/// A page of a listing.
+public struct PageInfo: Codable, Sendable, Equatable {
+    /// `"number"` for page-numbered listings, `"cursor"` when paginated by `next_id`.
+    public var type: String
+    public var current: Int
+    public var size: Int
+    public var itemTotal: Int
+    public var hasNext: Bool
+    /// Pass as `next_id` to get the following page.
+    public var nextId: String?
+
+    public init(type: String, current: Int, size: Int, itemTotal: Int, hasNext: Bool, nextId: String?) {
+        self.type = type
+        self.current = current
+        self.size = size
+        self.itemTotal = itemTotal
+        self.hasNext = hasNext
+        self.nextId = nextId
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case type, current, size
+        case itemTotal = "item_total"
+        case hasNext = "has_next"
+        case nextId = "next_id"
+    }
+}
+
+/// `GET /v1.0/namespaces/{ns}/browse` answer. With `delimiter=/`, `folders` holds the sub-folders.
+public struct BrowseResponse: Codable, Sendable, Equatable {
+    public var items: [FileRecord]
+    public var folders: [FileRecord]
+    public var page: PageInfo
+
+    public init(items: [FileRecord], folders: [FileRecord], page: PageInfo) {
+        self.items = items
+        self.folders = folders
+        self.page = page
+    }
+}
+
+/// `POST /v1.0/sign-urls` body.
+public struct SignURLsRequest: Codable, Sendable, Equatable {
+    /// Seconds the signed URLs stay valid.
+    public var expiry: Int
+    /// CDN URLs (absolute or relative) of the files to sign.
+    public var urls: [String]
+
+    public init(expiry: Int, urls: [String]) {
+        self.expiry = expiry
+        self.urls = urls
+    }
+}
+
+public struct SignedURL: Codable, Sendable, Equatable {
+    public var url: String
+    public var signedUrl: String
+    public var expiry: Int
+    public var expiresAt: Int64?
+
+    public init(url: String, signedUrl: String, expiry: Int, expiresAt: Int64?) {
+        self.url = url
+        self.signedUrl = signedUrl
+        self.expiry = expiry
+        self.expiresAt = expiresAt
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case url, expiry
+        case signedUrl = "signed_url"
+        case expiresAt = "expires_at"
+    }
+}
+
+public struct SignURLsResponse: Codable, Sendable, Equatable {
+    public var urls: [SignedURL]
+    public init(urls: [SignedURL]) { self.urls = urls }
+}
+
+/// A namespace as listed by `GET /v1.0/namespaces`.
+public struct NamespaceRecord: Codable, Sendable, Equatable {
+    public var name: String
+    public var createdOn: String
+    public var rootInode: UInt64
+
+    public init(name: String, createdOn: String, rootInode: UInt64) {
+        self.name = name
+        self.createdOn = createdOn
+        self.rootInode = rootInode
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case name
+        case createdOn = "created_on"
+        case rootInode = "root_inode"
+    }
+}
+
+public struct NamespaceList: Codable, Sendable, Equatable {
+    public var items: [NamespaceRecord]
+    public init(items: [NamespaceRecord]) { self.items = items }
+}
+
+/// `PATCH /v1.0/namespaces/{ns}/files/{path}` body: every field is optional; absent means unchanged.
+public struct FilePatch: Codable, Sendable, Equatable {
+    public var tags: [String]?
+    /// Replaces the whole custom metadata map.
+    public var metadata: [String: String]?
+    /// Sets these keys, leaving the others.
+    public var metadataSet: [String: String]?
+    /// Removes these keys.
+    public var metadataRemove: [String]?
+    public var contentType: String?
+    public var isPublic: Bool?
+    public var mode: UInt32?
+    public var uid: UInt32?
+    public var gid: UInt32?
+    public var atimeNs: Int64?
+    public var mtimeNs: Int64?
+    /// Truncates or extends (with zeros) the content to this size.
+    public var size: Int64?
+
+    public init(
+        tags: [String]? = nil, metadata: [String: String]? = nil, metadataSet: [String: String]? = nil,
+        metadataRemove: [String]? = nil, contentType: String? = nil, isPublic: Bool? = nil, mode: UInt32? = nil,
+        uid: UInt32? = nil, gid: UInt32? = nil, atimeNs: Int64? = nil, mtimeNs: Int64? = nil, size: Int64? = nil
+    ) {
+        self.tags = tags
+        self.metadata = metadata
+        self.metadataSet = metadataSet
+        self.metadataRemove = metadataRemove
+        self.contentType = contentType
+        self.isPublic = isPublic
+        self.mode = mode
+        self.uid = uid
+        self.gid = gid
+        self.atimeNs = atimeNs
+        self.mtimeNs = mtimeNs
+        self.size = size
+    }
+
+    public var isEmpty: Bool { self == FilePatch() }
+
+    enum CodingKeys: String, CodingKey {
+        case tags, metadata, mode, uid, gid, size
+        case metadataSet = "metadata_set"
+        case metadataRemove = "metadata_remove"
+        case contentType = "content_type"
+        case isPublic = "public"
+        case atimeNs = "atime_ns"
+        case mtimeNs = "mtime_ns"
+    }
+}
+
+/// `POST /v1.0/namespaces/{ns}/rename` body.
+public struct RenameRequest: Codable, Sendable, Equatable {
+    public var from: String
+    public var to: String
+    /// Replace an existing file (or empty folder) at `to`; without it an existing target is a 409.
+    public var replace: Bool?
+    /// Swap `from` and `to` (both must exist), as `renameat2(RENAME_EXCHANGE)`.
+    public var exchange: Bool?
+
+    public init(from: String, to: String, replace: Bool? = nil, exchange: Bool? = nil) {
+        self.from = from
+        self.to = to
+        self.replace = replace
+        self.exchange = exchange
+    }
+}
+
+/// `PUT /v1.0/namespaces/{ns}/folders/{path}` body (optional).
+public struct FolderRequest: Codable, Sendable, Equatable {
+    public var mode: UInt32?
+    public var uid: UInt32?
+    public var gid: UInt32?
+    /// Create missing parents too (`mkdir -p`); default true.
+    public var parents: Bool?
+    /// Succeed when the folder exists already; default true.
+    public var existOk: Bool?
+
+    public init(mode: UInt32? = nil, uid: UInt32? = nil, gid: UInt32? = nil, parents: Bool? = nil, existOk: Bool? = nil) {
+        self.mode = mode
+        self.uid = uid
+        self.gid = gid
+        self.parents = parents
+        self.existOk = existOk
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case mode, uid, gid, parents
+        case existOk = "exist_ok"
+    }
+}
+
+/// `PUT /v1.0/namespaces/{ns}/nodes/{path}` body: a symlink or special file.
+public struct NodeRequest: Codable, Sendable, Equatable {
+    public var kind: NodeKind
+    public var mode: UInt32?
+    public var uid: UInt32?
+    public var gid: UInt32?
+    public var target: String?
+    public var rdev: UInt64?
+
+    public init(kind: NodeKind, mode: UInt32? = nil, uid: UInt32? = nil, gid: UInt32? = nil, target: String? = nil, rdev: UInt64? = nil) {
+        self.kind = kind
+        self.mode = mode
+        self.uid = uid
+        self.gid = gid
+        self.target = target
+        self.rdev = rdev
+    }
+}
+
+/// `POST /v1.0/namespaces/{ns}/link` body: a hard link `to` → the inode of `from`.
+public struct LinkRequest: Codable, Sendable, Equatable {
+    public var from: String
+    public var to: String
+    public init(from: String, to: String) {
+        self.from = from
+        self.to = to
+    }
+}
+
+/// `POST /v1.0/uploads/copy` body.
+public struct CopyRequest: Codable, Sendable, Equatable {
+    public struct Destination: Codable, Sendable, Equatable {
+        public var namespace: String
+        public var rewrite: String?
+        public var basepath: String?
+        public init(namespace: String, rewrite: String? = nil, basepath: String? = nil) {
+            self.namespace = namespace
+            self.rewrite = rewrite
+            self.basepath = basepath
+        }
+    }
+
+    public struct Configuration: Codable, Sendable, Equatable {
+        public var concurrency: Int?
+        public init(concurrency: Int? = nil) { self.concurrency = concurrency }
+    }
+
+    public var urls: [String]
+    public var destination: Destination
+    public var configuration: Configuration?
+
+    public init(urls: [String], destination: Destination, configuration: Configuration? = nil) {
+        self.urls = urls
+        self.destination = destination
+        self.configuration = configuration
+    }
+}
+
+/// The state of a copy task.
+public struct CopyTask: Codable, Sendable, Equatable {
+    public struct Failure: Codable, Sendable, Equatable {
+        public var url: String
+        public var message: String
+        public init(url: String, message: String) {
+            self.url = url
+            self.message = message
+        }
+    }
+
+    public var id: String
+    public var name: String
+    /// Percent done, 0–100.
+    public var progress: Int
+    public var attemptsMade: Int
+    public var state: String
+    public var files: [FileRecord]
+    public var failures: [Failure]
+    public var timestamp: Int64
+
+    public init(id: String, progress: Int, attemptsMade: Int, state: String, files: [FileRecord], failures: [Failure], timestamp: Int64) {
+        self.id = id
+        self.name = "copy"
+        self.progress = progress
+        self.attemptsMade = attemptsMade
+        self.state = state
+        self.files = files
+        self.failures = failures
+        self.timestamp = timestamp
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case id, name, progress, state, files, failures, timestamp
+        case attemptsMade = "attempts_made"
+    }
+}
+
+public struct CopyResponse: Codable, Sendable, Equatable {
+    public var trackingUrl: String
+    public var task: CopyTask
+
+    public init(trackingUrl: String, task: CopyTask) {
+        self.trackingUrl = trackingUrl
+        self.task = task
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case task
+        case trackingUrl = "tracking_url"
+    }
+}
+
+/// The answer of a multipart/form-data upload.
+public struct FormUploadResponse: Codable, Sendable, Equatable {
+    public var files: [FileRecord]
+    public init(files: [FileRecord]) { self.files = files }
+}

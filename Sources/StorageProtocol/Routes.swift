@@ -1,0 +1,43 @@
+/// The paths of the API, in one place, for the server's router and the client alike.
+public enum Routes {
+    /// The prefix of every API route.
+    public static let prefix = "/service/application/assets"
+
+    public static func startUpload(_ ns: Namespace) -> String { "\(prefix)/v2.0/namespaces/\(ns)/upload/start" }
+    public static func completeUpload(_ ns: Namespace) -> String { "\(prefix)/v2.0/namespaces/\(ns)/upload/complete" }
+    public static func startUploadV1(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/upload/start/" }
+    public static func completeUploadV1(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/upload/complete/" }
+    public static let signURLs = "\(prefix)/v1.0/sign-urls"
+    public static func browse(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/browse" }
+    public static let copy = "\(prefix)/v1.0/uploads/copy"
+    public static func copyTask(_ id: String) -> String { "\(prefix)/v1.0/uploads/copy/\(id)" }
+
+    public static let namespaces = "\(prefix)/v1.0/namespaces"
+    public static func namespace(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)" }
+    public static func file(_ ns: Namespace, _ path: StoragePath) -> String {
+        "\(prefix)/v1.0/namespaces/\(ns)/files/\(PathEncoding.encode(path: path))"
+    }
+    public static func folder(_ ns: Namespace, _ path: StoragePath) -> String {
+        "\(prefix)/v1.0/namespaces/\(ns)/folders/\(PathEncoding.encode(path: path))"
+    }
+    public static func node(_ ns: Namespace, _ path: StoragePath) -> String {
+        "\(prefix)/v1.0/namespaces/\(ns)/nodes/\(PathEncoding.encode(path: path))"
+    }
+    public static func rename(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/rename" }
+    public static func link(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/link" }
+    public static func formUpload(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/upload/form" }
+
+    /// The storage link of an upload (signed; also a tus upload resource).
+    public static func storageLink(_ uploadID: String) -> String { "/storage/uploads/\(uploadID)" }
+    /// tus creation endpoint.
+    public static let tusFiles = "/tus/files"
+    public static func tusFile(_ uploadID: String) -> String { "/tus/files/\(uploadID)" }
+    /// Public (or signed) read of a file.
+    public static func cdn(_ ns: Namespace, _ path: StoragePath) -> String { "/cdn/\(ns)/\(PathEncoding.encode(path: path))" }
+    public static let health = "/healthz"
+    public static let metrics = "/metrics"
+
+    /// Query parameter names of signed URLs.
+    public static let expiresParameter = "expires"
+    public static let signatureParameter = "signature"
+}

@@ -1,0 +1,163 @@
+/// The three-step upload of the seed API: start → PUT to the storage link → complete.
+
+/// Extras of an upload, carried in `params` of the start request.
+public struct UploadParams: Codable, Sendable, Equatable {
+    /// Custom metadata (string map).
+    public var metadata: [String: String]?
+    /// Whether the file is readable through its public `/cdn/` URL without a signature.
+    public var isPublic: Bool?
+    /// Fail with 412 at complete unless the current file has this ETag.
+    public var ifMatch: String?
+    /// `"*"`: fail with 412 at complete if the file exists (create only).
+    public var ifNoneMatch: String?
+    /// Expected SHA-256 of the whole content (hex); complete fails with 460 on a mismatch.
+    public var sha256: String?
+    /// POSIX attributes the filesystem keeps with the file.
+    public var mode: UInt32?
+    public var uid: UInt32?
+    public var gid: UInt32?
+    public var mtimeNs: Int64?
+    public var atimeNs: Int64?
+
+    public init(
+        metadata: [String: String]? = nil, isPublic: Bool? = nil, ifMatch: String? = nil, ifNoneMatch: String? = nil,
+        sha256: String? = nil, mode: UInt32? = nil, uid: UInt32? = nil, gid: UInt32? = nil, mtimeNs: Int64? = nil,
+        atimeNs: Int64? = nil
+    ) {
+        self.metadata = metadata
+        self.isPublic = isPublic
+        self.ifMatch = ifMatch
+        self.ifNoneMatch = ifNoneMatch
+        self.sha256 = sha256
+        self.mode = mode
+        self.uid = uid
+        self.gid = gid
+        self.mtimeNs = mtimeNs
+        self.atimeNs = atimeNs
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case metadata, sha256, mode, uid, gid
+        case isPublic = "public"
+        case ifMatch = "if_match"
+        case ifNoneMatch = "if_none_match"
+        case mtimeNs = "mtime_ns"
+        case atimeNs = "atime_ns"
+    }
+}
+
+/// `POST /v2.0/namespaces/{ns}/upload/start` body.
+public struct StartUploadRequest: Codable, Sendable, Equatable {
+    /// The full path inside the namespace.
+    public var fileName: String
+    public var contentType: String?
+    public var size: Int64
+    public var tags: [String]?
+    public var params: UploadParams?
+
+    public init(fileName: String, contentType: String? = nil, size: Int64, tags: [String]? = nil, params: UploadParams? = nil) {
+        self.fileName = fileName
+        self.contentType = contentType
+        self.size = size
+        self.tags = tags
+        self.params = params
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case size, tags, params
+        case fileName = "file_name"
+        case contentType = "content_type"
+    }
+}
+
+/// The signed storage link of an upload.
+public struct UploadLink: Codable, Sendable, Equatable {
+    public var url: String
+    /// Seconds the link is valid for, from when it was issued.
+    public var expiry: Int
+    /// When the link expires (seconds since the Unix epoch).
+    public var expiresAt: Int64?
+
+    public init(url: String, expiry: Int, expiresAt: Int64?) {
+        self.url = url
+        self.expiry = expiry
+        self.expiresAt = expiresAt
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case url, expiry
+        case expiresAt = "expires_at"
+    }
+}
+
+/// Where a file can be read: the CDN URL (public files) that `sign-urls` turns into a signed URL.
+public struct CDNLink: Codable, Sendable, Equatable {
+    public var url: String
+    public var absoluteUrl: String
+    public var relativeUrl: String
+
+    public init(url: String, absoluteUrl: String, relativeUrl: String) {
+        self.url = url
+        self.absoluteUrl = absoluteUrl
+        self.relativeUrl = relativeUrl
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case url
+        case absoluteUrl = "absolute_url"
+        case relativeUrl = "relative_url"
+    }
+}
+
+/// The answer to start; the SDK sends it back whole as the body of complete.
+public struct StartUploadResponse: Codable, Sendable, Equatable {
+    public var fileName: String
+    public var filePath: String
+    public var contentType: String
+    public var namespace: String
+    public var operation: String
+    public var size: Int64
+    public var tags: [String]
+    public var upload: UploadLink
+    public var cdn: CDNLink
+    public var method: String
+    public var params: UploadParams?
+
+    public init(
+        fileName: String, filePath: String, contentType: String, namespace: String, operation: String = "putObject",
+        size: Int64, tags: [String], upload: UploadLink, cdn: CDNLink, method: String = "PUT", params: UploadParams?
+    ) {
+        self.fileName = fileName
+        self.filePath = filePath
+        self.contentType = contentType
+        self.namespace = namespace
+        self.operation = operation
+        self.size = size
+        self.tags = tags
+        self.upload = upload
+        self.cdn = cdn
+        self.method = method
+        self.params = params
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case namespace, operation, size, tags, upload, cdn, method, params
+        case fileName = "file_name"
+        case filePath = "file_path"
+        case contentType = "content_type"
+    }
+}
+
+/// tus 1.0 header names and values.
+public enum Tus {
+    public static let version = "1.0.0"
+    public static let extensions = "creation,creation-with-upload,termination,expiration,checksum"
+    public static let checksumAlgorithms = "sha1,sha256"
+    public static let resumable = "Tus-Resumable"
+    public static let uploadOffset = "Upload-Offset"
+    public static let uploadLength = "Upload-Length"
+    public static let uploadMetadata = "Upload-Metadata"
+    public static let uploadExpires = "Upload-Expires"
+    public static let uploadChecksum = "Upload-Checksum"
+    public static let offsetContentType = "application/offset+octet-stream"
+}

@@ -1,0 +1,104 @@
+import Foundation
+import Prometheus
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import StorageProtocol
+
+/// `GET`/`HEAD /cdn/{ns}/{path}`: a file's bytes, for public files, signed URLs, or a token with read.
+extension StowService {
+    func addDownloadRoutes(to router: Router<BasicRequestContext>) {
+        router.get("/cdn/:ns/**") { req, ctx in try await self.download(req, ctx) }
+        router.head("/cdn/:ns/**") { req, ctx in try await self.download(req, ctx) }
+    }
+
+    func download(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        let ns = try namespace(context)
+        let path = try path(request, after: 2)
+        let q = request.uri.queryParameters
+        let signature = q[Substring(Routes.signatureParameter)].map(String.init)
+        var authorized = false
+        if signature != nil || q[Substring(Routes.expiresParameter)] != nil {
+            try signer.verify(
+                signature, scope: .read, resource: URLSigner.readResource(ns, path),
+                expires: q[Substring(Routes.expiresParameter)].flatMap { Int64($0) }, now: Timestamp.nowSeconds())
+            authorized = true
+        } else if bearerToken(request) != nil {
+            try authorize(request, ns.name, .read)
+            authorized = true
+        }
+        let node: Node
+        do {
+            node = try await store.node(ns, path)
+        } catch let e as StoreError where !authorized {
+            // Without a grant, do not tell a private file from a missing one.
+            _ = e
+            throw APIError.forbidden("this file is not public; use a signed URL")
+        }
+        if !authorized && !node.inode.isPublic { throw APIError.forbidden("this file is not public; use a signed URL") }
+        guard node.inode.kind == .file, let blob = node.inode.blob else { throw APIError.notFound("`\(path)` is not a file") }
+
+        let size = node.inode.size
+        let etag = "\"\(node.inode.etag)\""
+        var headers: HTTPFields = [
+            .eTag: etag, .acceptRanges: "bytes", .contentType: node.inode.contentType ?? ContentTypes.fallback,
+            .lastModified: HTTPDate.format(seconds: node.inode.mtimeNs / 1_000_000_000),
+            .cacheControl: node.inode.isPublic && !authorized ? "public, max-age=60" : "private, max-age=60",
+        ]
+        if let ifNoneMatch = request.headers[.ifNoneMatch], SQLiteMetadataStore.etagMatches(ifNoneMatch, node.inode.etag) {
+            return Response(status: .notModified, headers: headers)
+        }
+        if let ifMatch = request.headers[.ifMatch], !SQLiteMetadataStore.etagMatches(ifMatch, node.inode.etag) {
+            throw APIError(.preconditionFailed, .preconditionFailed, "the file has changed (ETag is now \(etag))", headers: [.eTag: etag])
+        }
+        var status = HTTPResponse.Status.ok
+        var range: Range<Int64> = 0..<size
+        switch Self.parseRange(request.headers[.range], size: size) {
+        case .full:
+            break
+        case .partial(let r):
+            range = r
+            status = .partialContent
+            headers[.contentRange] = "bytes \(r.lowerBound)-\(r.upperBound - 1)/\(size)"
+        case .unsatisfiable:
+            throw APIError(.rangeNotSatisfiable, .rangeNotSatisfiable, "the file has \(size) bytes", headers: [.contentRange: "bytes */\(size)"])
+        }
+        let length = range.upperBound - range.lowerBound
+        headers[.contentLength] = String(length)
+        if request.method == .head { return Response(status: status, headers: headers) }
+        let blobs = self.blobs, metrics = self.metrics, bytes = range
+        return Response(
+            status: status, headers: headers,
+            body: ResponseBody(contentLength: Int(length)) { writer in
+                try await blobs.read(blob, range: bytes) { chunk in
+                    try await writer.write(chunk)
+                    metrics.bytesSent.increment(by: Int64(chunk.readableBytes))
+                }
+                try await writer.finish(nil)
+            })
+    }
+
+    enum RangeRequest: Equatable {
+        case full
+        case partial(Range<Int64>)
+        case unsatisfiable
+    }
+
+    /// One `bytes=` range; anything else (several ranges, bad syntax) is served whole, as RFC 9110 allows.
+    static func parseRange(_ header: String?, size: Int64) -> RangeRequest {
+        guard let header, header.hasPrefix("bytes="), !header.contains(",") else { return .full }
+        let spec = header.dropFirst("bytes=".count).trimmingCharacters(in: .whitespaces)
+        let parts = spec.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
+        guard parts.count == 2 else { return .full }
+        if parts[0].isEmpty {
+            guard let n = Int64(parts[1]) else { return .full }
+            guard n > 0 else { return .unsatisfiable }
+            return size == 0 ? .unsatisfiable : .partial(max(0, size - n)..<size)
+        }
+        guard let start = Int64(parts[0]), start >= 0 else { return .full }
+        if start >= size { return .unsatisfiable }
+        if parts[1].isEmpty { return .partial(start..<size) }
+        guard let end = Int64(parts[1]), end >= start else { return .full }
+        return .partial(start..<min(end + 1, size))
+    }
+}

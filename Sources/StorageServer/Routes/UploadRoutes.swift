@@ -1,0 +1,326 @@
+import Crypto
+import Foundation
+import Prometheus
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import StorageProtocol
+
+/// start → PUT (or tus PATCH) to the storage link → complete.
+extension StowService {
+    func addUploadRoutes(to router: Router<BasicRequestContext>) {
+        let v2 = "\(Routes.prefix)/v2.0/namespaces/:ns/upload"
+        let v1 = "\(Routes.prefix)/v1.0/namespaces/:ns/upload"
+        // The router ignores a trailing slash, so this also serves the v1.0 `…/start/` and `…/complete/`.
+        for base in [v2, v1] {
+            router.post("\(base)/start") { req, ctx in try await self.start(req, ctx) }
+            router.post("\(base)/complete") { req, ctx in try await self.complete(req, ctx) }
+        }
+        let link = "/storage/uploads/:id"
+        router.put(RouterPath(link)) { req, ctx in try await self.storageLink(req, ctx) }
+        router.patch(RouterPath(link)) { req, ctx in try await self.storageLink(req, ctx) }
+        router.head(RouterPath(link)) { req, ctx in try await self.storageLink(req, ctx) }
+        router.delete(RouterPath(link)) { req, ctx in try await self.storageLink(req, ctx) }
+        router.on(RouterPath(link), method: .options) { _, _ in self.tusOptions() }
+    }
+
+    func start(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        let ns = try namespace(context)
+        try authorize(request, ns.name, .write)
+        let body = try await decode(StartUploadRequest.self, from: request)
+        let path = try StoragePath(body.fileName)
+        let upload = try await createUpload(
+            ns: ns, path: path, size: body.size, contentType: body.contentType, tags: body.tags, params: body.params ?? UploadParams(),
+            autoComplete: false)
+        let base = baseURL(request)
+        return json(startResponse(upload, base: base))
+    }
+
+    /// Validates an upload's declaration and records the session.
+    func createUpload(
+        id: String = StowService.newID(), ns: Namespace, path: StoragePath, size: Int64, contentType: String?, tags: [String]?, params: UploadParams, autoComplete: Bool
+    ) async throws -> UploadRecord {
+        guard size >= 0 else { throw APIError.badRequest("`size` must be zero or more") }
+        guard size <= config.maxUploadSize else {
+            throw APIError(.contentTooLarge, .payloadTooLarge, "`size` \(size) is larger than the \(config.maxUploadSize) bytes allowed")
+        }
+        try validate(contentType: contentType)
+        try validate(tags: tags)
+        try validate(metadata: params.metadata)
+        if let sha = params.sha256, sha.count != 64 || !sha.allSatisfy(\.isHexDigit) {
+            throw APIError.badRequest("`params.sha256` must be 64 hex digits")
+        }
+        if let inm = params.ifNoneMatch, inm != "*" { throw APIError.badRequest("`params.if_none_match` can only be \"*\"") }
+        // Refuse now what complete would refuse anyway, so that no bytes are sent in vain.
+        do {
+            let existing = try await store.node(ns, path)
+            if existing.inode.kind == .directory { throw StoreError.isADirectory(path) }
+            if params.ifNoneMatch == "*" { throw StoreError.preconditionFailed("`\(path)` exists already") }
+        } catch StoreError.notFound {
+        } catch StoreError.notADirectory(let p) {
+            throw StoreError.notADirectory(p)
+        }
+        let now = Timestamp.nowNanoseconds()
+        let upload = UploadRecord(
+            id: id, namespace: ns, path: path, size: size, contentType: contentType ?? ContentTypes.infer(fileName: path.name),
+            tags: tags, params: params, createdNs: now, expiresAt: now / 1_000_000_000 + config.uploadLinkLifetime, state: .open,
+            resultInode: nil, autoComplete: autoComplete)
+        try await store.createUpload(upload)
+        metrics.uploadsStarted.increment()
+        return upload
+    }
+
+    func startResponse(_ u: UploadRecord, base: String) -> StartUploadResponse {
+        let link = base + Routes.storageLink(u.id) + "?" + signer.query(scope: .upload, resource: URLSigner.uploadResource(u.id), expires: u.expiresAt)
+        let relative = Routes.cdn(u.namespace, u.path)
+        return StartUploadResponse(
+            fileName: u.path.name, filePath: u.path.string, contentType: u.contentType, namespace: u.namespace.name, size: u.size,
+            tags: u.tags ?? [], upload: UploadLink(url: link, expiry: Int(config.uploadLinkLifetime), expiresAt: u.expiresAt),
+            cdn: CDNLink(url: base + relative, absoluteUrl: base + relative, relativeUrl: relative), params: u.params)
+    }
+
+    func complete(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        let ns = try namespace(context)
+        try authorize(request, ns.name, .write)
+        let body = try await decode(StartUploadResponse.self, from: request)
+        guard let id = Self.uploadID(fromLink: body.upload.url) else {
+            throw APIError.badRequest("`upload.url` is not a storage link of this server")
+        }
+        guard let upload = try await store.upload(id: id), upload.namespace == ns else {
+            throw APIError.notFound("no upload \(id) in namespace `\(ns)` (it may have expired)")
+        }
+        guard body.filePath.isEmpty || (try? StoragePath(body.filePath)) == upload.path else {
+            throw APIError.badRequest("`file_path` does not match the upload's path `\(upload.path)`")
+        }
+        let node = try await finish(upload)
+        var record = record(node, base: baseURL(request))
+        record.upload = startResponse(upload, base: baseURL(request)).upload
+        return json(record)
+    }
+
+    /// Publishes an upload whose bytes have all arrived; idempotent once it succeeded.
+    func finish(_ upload: UploadRecord) async throws -> Node {
+        if upload.state == .completed {
+            guard let ino = upload.resultInode, let node = try await store.node(inode: ino) else {
+                throw APIError(.gone, .gone, "this upload completed, but its file has since been removed or replaced")
+            }
+            return node
+        }
+        return try await activeUploads.exclusively(upload.id) {
+            // Re-read: a concurrent complete may have finished it.
+            guard let current = try await store.upload(id: upload.id) else { throw APIError.notFound("upload \(upload.id) is gone") }
+            if current.state == .completed { return try await finish(current) }
+            var received = try await blobs.stagedSize(upload.id)
+            let alreadyPublished = received == nil ? try await blobs.blobSize(upload.id) : nil
+            if received == nil, alreadyPublished == nil, upload.size == 0 {
+                var w = try await blobs.openStaged(upload.id, at: 0)
+                received = try await w.finish()
+            }
+            let have = received ?? alreadyPublished ?? 0
+            guard have == upload.size else {
+                throw APIError(.conflict, .incomplete, "only \(have) of \(upload.size) bytes have arrived; send the rest, then complete")
+            }
+            let digest: String
+            if let d = activeUploads.digest(upload.id, bytes: have) { digest = d } else { digest = try await blobs.sha256(ofStaged: upload.id) }
+            if let expected = upload.params.sha256, expected.lowercased() != digest {
+                throw APIError(APIError.checksumStatus, .checksumMismatch, "the content's SHA-256 is \(digest), not \(expected)")
+            }
+            if received != nil { try await blobs.publish(upload.id) }
+            let node = try await store.publish(upload, blob: BlobInfo(id: upload.id, size: have, sha256: digest))
+            activeUploads.forget(upload.id)
+            metrics.uploadsCompleted.increment()
+            return node
+        }
+    }
+
+    /// The upload id in a storage link (`…/storage/uploads/{id}?…` or `…/tus/files/{id}`).
+    static func uploadID(fromLink link: String) -> String? {
+        let path = link.split(separator: "?", maxSplits: 1).first.map(String.init) ?? link
+        let parts = path.split(separator: "/")
+        guard parts.count >= 2 else { return nil }
+        let kind = parts[parts.count - 2]
+        guard kind == "uploads" || kind == "files" else { return nil }
+        let id = String(parts[parts.count - 1])
+        guard id.count == 32, id.allSatisfy(\.isHexDigit) else { return nil }
+        return id
+    }
+
+    // MARK: - The storage link
+
+    func storageLink(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        let id = context.parameters.get("id") ?? ""
+        let q = request.uri.queryParameters
+        try signer.verify(
+            q[Substring(Routes.signatureParameter)].map(String.init), scope: .upload, resource: URLSigner.uploadResource(id),
+            expires: q[Substring(Routes.expiresParameter)].flatMap { Int64($0) }, now: Timestamp.nowSeconds())
+        guard let upload = try await store.upload(id: id) else { throw APIError.notFound("no such upload (it may have expired)") }
+        return try await uploadResource(request, upload, base: baseURL(request))
+    }
+
+    /// HEAD / PUT / PATCH / DELETE of an upload resource (the storage link, or a tus file).
+    func uploadResource(_ request: Request, _ upload: UploadRecord, base: String) async throws -> Response {
+        var headers: HTTPFields = [.cacheControl: "no-store"]
+        headers[HTTPField.Name(Tus.resumable)!] = Tus.version
+        headers[HTTPField.Name(Tus.uploadExpires)!] = HTTPDate.format(seconds: upload.expiresAt)
+        let offsetName = HTTPField.Name(Tus.uploadOffset)!
+        switch request.method {
+        case .head:
+            let offset = upload.state == .completed ? upload.size : (try await blobs.stagedSize(upload.id) ?? 0)
+            headers[offsetName] = String(offset)
+            headers[HTTPField.Name(Tus.uploadLength)!] = String(upload.size)
+            return Response(status: .ok, headers: headers)
+        case .delete:
+            guard upload.state == .open else { throw APIError.conflict(.conflict, "this upload has completed; delete the file instead") }
+            try await activeUploads.exclusively(upload.id) {
+                try await store.deleteUpload(id: upload.id)
+                try? await blobs.deleteStaged(upload.id)
+                activeUploads.forget(upload.id)
+            }
+            return Response(status: .noContent, headers: headers)
+        case .put:
+            guard upload.state == .open else { throw APIError.conflict(.conflict, "this upload has completed already") }
+            if let declared = request.headers[.contentLength].flatMap({ Int64($0) }), declared != upload.size {
+                throw APIError(.badRequest, .sizeMismatch, "Content-Length is \(declared) but the upload was started with size \(upload.size)")
+            }
+            let end = try await receive(request, into: upload, at: 0, checksum: nil)
+            guard end == upload.size else {
+                throw APIError(
+                    .badRequest, .sizeMismatch,
+                    "received \(end) of the \(upload.size) bytes declared; send the rest with PATCH at offset \(end), or PUT again")
+            }
+            headers[offsetName] = String(end)
+            return Response(status: .ok, headers: headers)
+        case .patch:
+            guard upload.state == .open else { throw APIError.conflict(.conflict, "this upload has completed already") }
+            try checkTusVersion(request)
+            guard request.headers[.contentType]?.lowercased().hasPrefix(Tus.offsetContentType) == true else {
+                throw APIError(.unsupportedMediaType, .unsupportedMediaType, "PATCH needs `Content-Type: \(Tus.offsetContentType)`")
+            }
+            guard let offset = request.headers[offsetName].flatMap({ Int64($0) }), offset >= 0 else {
+                throw APIError.badRequest("PATCH needs an `Upload-Offset` header")
+            }
+            let checksum = try request.headers[HTTPField.Name(Tus.uploadChecksum)!].map(ChunkChecksum.init(header:))
+            let end = try await receive(request, into: upload, at: offset, checksum: checksum)
+            headers[offsetName] = String(end)
+            if upload.autoComplete && end == upload.size {
+                _ = try await finish(upload)
+            }
+            return Response(status: .noContent, headers: headers)
+        default:
+            throw APIError(.methodNotAllowed, .methodNotAllowed, "use HEAD, PUT, PATCH or DELETE on a storage link")
+        }
+    }
+
+    /// Streams a request body into an upload's staging file at `offset` and returns the new size.
+    ///
+    /// A PUT starts at 0 and replaces what was there; a PATCH must name the current size as its
+    /// offset (409 otherwise). With a checksum, a chunk that does not match is cut off again (460).
+    func receive(_ request: Request, into upload: UploadRecord, at offset: Int64, checksum: ChunkChecksum?) async throws -> Int64 {
+        try await activeUploads.exclusively(upload.id) {
+            let current = try await blobs.stagedSize(upload.id) ?? 0
+            if request.method == .patch && offset != current {
+                throw APIError(.conflict, .offsetMismatch, "Upload-Offset is \(offset) but the server has \(current) bytes; resume from \(current)")
+            }
+            if request.method == .patch, let declared = request.headers[.contentLength].flatMap({ Int64($0) }), offset + declared > upload.size {
+                throw APIError(.contentTooLarge, .payloadTooLarge, "this chunk would take the upload past its \(upload.size) bytes")
+            }
+            var writer = try await blobs.openStaged(upload.id, at: offset)
+            var whole = offset == 0 ? SHA256() : nil
+            var chunk = checksum.map { ChunkHasher(algorithm: $0.algorithm) }
+            var failure: (any Error)?
+            do {
+                for try await buffer in request.body {
+                    guard writer.offset + Int64(buffer.readableBytes) <= upload.size else {
+                        throw APIError(.contentTooLarge, .payloadTooLarge, "the body is longer than the \(upload.size) bytes declared")
+                    }
+                    whole?.update(data: buffer.readableBytesView)
+                    chunk?.update(buffer.readableBytesView)
+                    try await writer.write(buffer)
+                }
+            } catch {
+                failure = error
+            }
+            let end: Int64
+            do {
+                end = try await writer.finish()
+            } catch {
+                await writer.abandon()
+                throw failure ?? error
+            }
+            metrics.bytesReceived.increment(by: end - offset)
+            if let failure {
+                if let api = failure as? APIError, api.code == .payloadTooLarge {
+                    try await blobs.truncateStaged(upload.id, to: offset)
+                }
+                activeUploads.setDigest(upload.id, bytes: 0, sha256: nil)
+                throw failure
+            }
+            if let checksum, let chunk, chunk.digest() != checksum.digest {
+                try await blobs.truncateStaged(upload.id, to: offset)
+                throw APIError(APIError.checksumStatus, .checksumMismatch, "the chunk's \(checksum.algorithm) does not match Upload-Checksum; it was discarded")
+            }
+            if let whole, end == upload.size {
+                activeUploads.setDigest(upload.id, bytes: end, sha256: whole.finalize().map { String(format: "%02x", $0) }.joined())
+            }
+            return end
+        }
+    }
+
+    func checkTusVersion(_ request: Request) throws {
+        guard request.headers[HTTPField.Name(Tus.resumable)!] == Tus.version else {
+            var headers: HTTPFields = [:]
+            headers[HTTPField.Name("Tus-Version")!] = Tus.version
+            throw APIError(.preconditionFailed, .preconditionFailed, "this server speaks tus \(Tus.version); send `Tus-Resumable: \(Tus.version)`", headers: headers)
+        }
+    }
+
+    func tusOptions() -> Response {
+        var headers: HTTPFields = [:]
+        headers[HTTPField.Name(Tus.resumable)!] = Tus.version
+        headers[HTTPField.Name("Tus-Version")!] = Tus.version
+        headers[HTTPField.Name("Tus-Extension")!] = Tus.extensions
+        headers[HTTPField.Name("Tus-Max-Size")!] = String(config.maxUploadSize)
+        headers[HTTPField.Name("Tus-Checksum-Algorithm")!] = Tus.checksumAlgorithms
+        return Response(status: .noContent, headers: headers)
+    }
+}
+
+/// An `Upload-Checksum` header: `sha256 <base64>` or `sha1 <base64>`.
+struct ChunkChecksum: Sendable {
+    enum Algorithm: String, Sendable { case sha1, sha256 }
+    var algorithm: Algorithm
+    var digest: Data
+
+    init(header: String) throws {
+        let parts = header.split(separator: " ", maxSplits: 1)
+        guard parts.count == 2, let alg = Algorithm(rawValue: parts[0].lowercased()) else {
+            throw APIError.badRequest("Upload-Checksum must be `sha256 <base64>` or `sha1 <base64>`")
+        }
+        guard let digest = Data(base64Encoded: String(parts[1])) else { throw APIError.badRequest("Upload-Checksum's digest is not base64") }
+        algorithm = alg
+        self.digest = digest
+    }
+}
+
+struct ChunkHasher {
+    var sha1: Insecure.SHA1?
+    var sha256: SHA256?
+
+    init(algorithm: ChunkChecksum.Algorithm) {
+        switch algorithm {
+        case .sha1: sha1 = Insecure.SHA1()
+        case .sha256: sha256 = SHA256()
+        }
+    }
+
+    mutating func update(_ bytes: some DataProtocol) {
+        sha1?.update(data: bytes)
+        sha256?.update(data: bytes)
+    }
+
+    func digest() -> Data {
+        if let sha1 { return Data(sha1.finalize()) }
+        if let sha256 { return Data(sha256.finalize()) }
+        return Data()
+    }
+}

@@ -1,0 +1,32 @@
+/// Everything `stowd` can be told. The defaults suit the embedded, single-machine case.
+public struct ServerConfiguration: Sendable {
+    /// Where the database, the blobs and the signing secret live.
+    public var dataDirectory: String
+    public var host: String = "127.0.0.1"
+    /// 0 picks a free port.
+    public var port: Int = 0
+    /// The base URL put into links (`upload.url`, `cdn`); default: from the request's Host header.
+    public var publicURL: String?
+    public var tokens: TokenStore
+    /// How long a storage link (upload URL) stays valid, in seconds.
+    public var uploadLinkLifetime: Int64 = 1800
+    /// How long after its link expires an unfinished upload is kept before it is deleted, in seconds.
+    public var abandonedUploadGrace: Int64 = 600
+    /// How long a superseded or deleted blob is kept for reads that already started, in seconds.
+    public var blobGrace: Int64 = 600
+    /// How often the garbage collector runs.
+    public var gcInterval: Duration = .seconds(60)
+    /// The largest upload accepted, in bytes.
+    public var maxUploadSize: Int64 = 1 << 40
+    /// The largest JSON body accepted, in bytes.
+    public var maxJSONBody: Int = 1 << 20
+    /// The longest validity a signed download URL may be given, in seconds.
+    public var maxSignedURLExpiry: Int = 7 * 24 * 3600
+    /// Hosts that `uploads/copy` may fetch from (`host` or `host:port`). Empty: copy is refused.
+    public var copyAllowedHosts: [String] = []
+
+    public init(dataDirectory: String, tokens: TokenStore) {
+        self.dataDirectory = dataDirectory
+        self.tokens = tokens
+    }
+}

@@ -1,0 +1,51 @@
+public import NIOCore
+
+/// Where file contents live: immutable blobs by id, and staging files for uploads in progress.
+///
+/// An upload writes its staging file (`write`), which is fsynced before each answer, so that the
+/// offset it reports survives a crash. `publish` moves the finished staging file to its blob
+/// path with an atomic rename and fsyncs the folder. Blobs are never changed afterwards; an
+/// overwrite makes a new blob and the old one is deleted later by the garbage collector.
+public protocol BlobStore: Sendable {
+    /// Bytes received so far for an upload; nil when nothing was ever written.
+    func stagedSize(_ id: String) async throws -> Int64?
+    /// Opens an upload's staging file for writing at `offset` (bytes past it are cut off).
+    ///
+    /// Write with `StagedWriter.write`, then `finish` (flush and fsync). When a body fails midway,
+    /// call `finish` anyway: the bytes that did arrive are kept for a later resume.
+    func openStaged(_ id: String, at offset: Int64) async throws -> any StagedWriter
+    /// Cuts an upload's staging file back to `size` bytes (a chunk that failed its checksum).
+    func truncateStaged(_ id: String, to size: Int64) async throws
+    /// Moves an upload's staging file to its blob path, durably.
+    func publish(_ id: String) async throws
+    func blobSize(_ id: String) async throws -> Int64?
+    /// Hands the bytes of a blob in `range` to `consume`, chunk by chunk (at the consumer's pace).
+    func read(_ id: String, range: Range<Int64>, into consume: (ByteBuffer) async throws -> Void) async throws
+    /// Writes a blob from the first `size` bytes of another (zeros past its end), for truncate.
+    func makeBlob(_ id: String, fromPrefixOf source: String, size: Int64) async throws -> String
+    /// SHA-256 (hex) of an upload's staging file, or of a blob.
+    func sha256(ofStaged id: String) async throws -> String
+    func deleteStaged(_ id: String) async throws
+    func deleteBlob(_ id: String) async throws
+    func blobIDs() async throws -> [String]
+    func stagedIDs() async throws -> [String]
+}
+
+/// Writes one upload's staging file, sequentially, buffering about a MiB at a time.
+public protocol StagedWriter {
+    /// The offset the next byte goes to.
+    var offset: Int64 { get }
+    mutating func write(_ buffer: ByteBuffer) async throws
+    /// Flushes, fsyncs and closes; returns the file's size.
+    mutating func finish() async throws -> Int64
+    /// Closes without caring about the result (after a failure).
+    mutating func abandon() async
+}
+
+public enum BlobStoreError: Error, Sendable, Equatable {
+    /// The body would grow the file past its limit.
+    case tooLarge(limit: Int64)
+    /// The disk (or quota) is full.
+    case noSpace
+    case notFound(String)
+}

@@ -1,0 +1,197 @@
+import Crypto
+import Foundation
+public import NIOCore
+import NIOFileSystem
+import NIOFoundationCompat
+import NIOPosix
+
+/// Blobs as files in a local folder: `blobs/ab/<id>` for published blobs, `uploads/<id>` for
+/// uploads in progress. Ids are random hex strings chosen by the server.
+public final class LocalBlobStore: BlobStore {
+    let root: String
+    var blobsDir: String { root + "/blobs" }
+    var stagingDir: String { root + "/uploads" }
+    private let fs = FileSystem.shared
+    private static let chunk = ByteCount.mebibytes(1)
+
+    public init(root: String) throws {
+        self.root = root
+        for dir in [root, root + "/blobs", root + "/uploads"] {
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        }
+    }
+
+    func stagedPath(_ id: String) -> FilePath { FilePath(stagingDir + "/" + id) }
+    func blobPath(_ id: String) -> FilePath { FilePath(blobsDir + "/" + shard(id) + "/" + id) }
+    private func shard(_ id: String) -> String { String(id.prefix(2)) }
+
+    public func stagedSize(_ id: String) async throws -> Int64? {
+        try await fs.info(forFileAt: stagedPath(id)).map { Int64($0.size) }
+    }
+
+    public func blobSize(_ id: String) async throws -> Int64? {
+        try await fs.info(forFileAt: blobPath(id)).map { Int64($0.size) }
+    }
+
+    public func openStaged(_ id: String, at offset: Int64) async throws -> any StagedWriter {
+        let handle = try await mapErrors { try await fs.openFile(forWritingAt: stagedPath(id), options: .modifyFile(createIfNecessary: true)) }
+        do {
+            try await mapErrors { try await handle.resize(to: .bytes(offset)) }
+        } catch {
+            try? await handle.close()
+            throw error
+        }
+        return LocalStagedWriter(handle: handle, writer: handle.bufferedWriter(startingAtAbsoluteOffset: offset, capacity: Self.chunk), offset: offset)
+    }
+
+    public func truncateStaged(_ id: String, to size: Int64) async throws {
+        try await mapErrors {
+            try await fs.withFileHandle(forWritingAt: stagedPath(id), options: .modifyFile(createIfNecessary: false)) { handle in
+                try await handle.resize(to: .bytes(size))
+                try await handle.synchronize()
+            }
+        }
+    }
+
+    public func publish(_ id: String) async throws {
+        let source = stagingDir + "/" + id
+        let dir = blobsDir + "/" + shard(id)
+        let target = dir + "/" + id
+        try await NIOThreadPool.singleton.runIfActive {
+            try Posix.makeDirectoryDurably(dir)
+            try Posix.fsync(path: source)
+            try Posix.rename(source, target)
+            try Posix.fsyncDirectory(dir)
+        }
+    }
+
+    public func read(_ id: String, range: Range<Int64>, into consume: (ByteBuffer) async throws -> Void) async throws {
+        guard !range.isEmpty else { return }
+        try await fs.withFileHandle(forReadingAt: blobPath(id)) { handle in
+            for try await chunk in handle.readChunks(in: range, chunkLength: .kibibytes(256)) {
+                try await consume(chunk)
+            }
+        }
+    }
+
+    public func makeBlob(_ id: String, fromPrefixOf source: String, size: Int64) async throws -> String {
+        let sourceSize = try await blobSize(source) ?? 0
+        let copyEnd = min(size, sourceSize)
+        let sourcePath = blobPath(source)
+        var hasher = SHA256()
+        try await mapErrors {
+            try await fs.withFileHandle(forWritingAt: stagedPath(id), options: .newFile(replaceExisting: true)) { out in
+                var writer = out.bufferedWriter(capacity: Self.chunk)
+                if copyEnd > 0 {
+                    try await fs.withFileHandle(forReadingAt: sourcePath) { input in
+                        for try await chunk in input.readChunks(in: 0..<copyEnd, chunkLength: Self.chunk) {
+                            hasher.update(data: chunk.readableBytesView)
+                            try await writer.write(contentsOf: chunk)
+                        }
+                    }
+                }
+                var remaining = size - copyEnd
+                let zeros = ByteBuffer(repeating: 0, count: 1 << 20)
+                while remaining > 0 {
+                    let n = Int(min(remaining, Int64(zeros.readableBytes)))
+                    let slice = zeros.getSlice(at: 0, length: n)!
+                    hasher.update(data: slice.readableBytesView)
+                    try await writer.write(contentsOf: slice)
+                    remaining -= Int64(n)
+                }
+                try await writer.flush()
+                try await out.synchronize()
+            }
+        }
+        try await publish(id)
+        return hasher.finalize().hexString
+    }
+
+    public func sha256(ofStaged id: String) async throws -> String {
+        var hasher = SHA256()
+        let path = try await fs.info(forFileAt: stagedPath(id)) != nil ? stagedPath(id) : blobPath(id)
+        try await fs.withFileHandle(forReadingAt: path) { handle in
+            for try await chunk in handle.readChunks(chunkLength: Self.chunk) {
+                hasher.update(data: chunk.readableBytesView)
+            }
+        }
+        return hasher.finalize().hexString
+    }
+
+    public func deleteStaged(_ id: String) async throws {
+        _ = try await fs.removeItem(at: stagedPath(id), recursively: false)
+    }
+
+    public func deleteBlob(_ id: String) async throws {
+        _ = try await fs.removeItem(at: blobPath(id), recursively: false)
+    }
+
+    public func blobIDs() async throws -> [String] {
+        let dir = blobsDir
+        return try await NIOThreadPool.singleton.runIfActive {
+            var ids: [String] = []
+            for shard in (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? [] {
+                ids += (try? FileManager.default.contentsOfDirectory(atPath: dir + "/" + shard)) ?? []
+            }
+            return ids
+        }
+    }
+
+    public func stagedIDs() async throws -> [String] {
+        let dir = stagingDir
+        return try await NIOThreadPool.singleton.runIfActive { (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? [] }
+    }
+
+}
+
+/// Turns a full disk into `BlobStoreError.noSpace`; other errors pass unchanged.
+@discardableResult
+func mapErrors<T>(_ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let error as FileSystemError {
+            if let cause = error.cause as? FileSystemError.SystemCallError, cause.errno == .noSpace || cause.errno == .diskQuotaExceeded {
+                throw BlobStoreError.noSpace
+            }
+            if error.code == .resourceExhausted { throw BlobStoreError.noSpace }
+            throw error
+        }
+}
+
+struct LocalStagedWriter: StagedWriter {
+    let handle: WriteFileHandle
+    var writer: BufferedWriter<WriteFileHandle>
+    var offset: Int64
+    var closed = false
+
+    mutating func write(_ buffer: ByteBuffer) async throws {
+        offset += Int64(buffer.readableBytes)
+        try await mapErrors { try await writer.write(contentsOf: buffer) }
+    }
+
+    mutating func finish() async throws -> Int64 {
+        closed = true
+        do {
+            try await mapErrors {
+                try await writer.flush()
+                try await handle.synchronize()
+            }
+        } catch {
+            try? await handle.close()
+            throw error
+        }
+        try await handle.close()
+        return offset
+    }
+
+    mutating func abandon() async {
+        guard !closed else { return }
+        closed = true
+        try? await handle.close()
+    }
+}
+
+extension Digest {
+    /// Lowercase hex.
+    var hexString: String { map { String(format: "%02x", $0) }.joined() }
+}

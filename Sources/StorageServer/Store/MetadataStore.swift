@@ -1,0 +1,202 @@
+public import StorageProtocol
+
+/// The metadata of the server: namespaces, a hierarchy of entries and inodes, upload sessions and
+/// blobs waiting to be deleted.
+///
+/// The model is an inode filesystem's (as in JuiceFS): *entries* map (parent inode, name) to an
+/// inode; *inodes* carry kind, mode, owner, times, size, blob, tags and metadata. A hard link is a
+/// second entry on one inode; a rename moves one entry, a whole folder included, in one
+/// transaction. Every method is one transaction: it either changes everything it says or nothing.
+///
+/// One implementation today (`SQLiteMetadataStore`); routes and tests see only this protocol, so
+/// another store (PostgreSQL) can be added without touching them.
+public protocol MetadataStore: Sendable {
+    // MARK: namespaces
+    func createNamespace(_ ns: Namespace) async throws -> (NamespaceInfo, created: Bool)
+    func deleteNamespace(_ ns: Namespace, recursive: Bool) async throws
+    func namespaces() async throws -> [NamespaceInfo]
+    func namespace(_ ns: Namespace) async throws -> NamespaceInfo?
+
+    // MARK: reading the tree
+    func node(_ ns: Namespace, _ path: StoragePath) async throws -> Node
+    func list(_ ns: Namespace, _ query: ListQuery) async throws -> ListResult
+
+    // MARK: changing the tree
+    func makeFolder(_ ns: Namespace, _ path: StoragePath, attributes: NewNodeAttributes, parents: Bool, existOk: Bool) async throws -> Node
+    func removeFolder(_ ns: Namespace, _ path: StoragePath) async throws
+    func removeFile(_ ns: Namespace, _ path: StoragePath, ifMatch: String?) async throws
+    func rename(_ ns: Namespace, from: StoragePath, to: StoragePath, replace: Bool, exchange: Bool) async throws -> Node
+    func makeNode(_ ns: Namespace, _ path: StoragePath, kind: NodeKind, attributes: NewNodeAttributes, target: String?, rdev: UInt64?) async throws -> Node
+    func link(_ ns: Namespace, from: StoragePath, to: StoragePath) async throws -> Node
+    func patch(_ ns: Namespace, _ path: StoragePath, _ patch: FilePatch, ifMatch: String?) async throws -> Node
+    /// Points a file at a new blob if it still points at `expectedBlob` (used by truncate).
+    func swapBlob(_ ns: Namespace, _ path: StoragePath, expectedBlob: String, newBlob: BlobInfo, mtimeNs: Int64?) async throws -> Node
+
+    // MARK: uploads
+    func createUpload(_ upload: UploadRecord) async throws
+    func upload(id: String) async throws -> UploadRecord?
+    func deleteUpload(id: String) async throws
+    /// Publishes a fully received upload: the file appears (or changes) atomically.
+    func publish(_ upload: UploadRecord, blob: BlobInfo) async throws -> Node
+    /// The node a completed upload produced, if it still exists.
+    func node(inode: UInt64) async throws -> Node?
+
+    // MARK: garbage collection
+    func expiredUploads(before seconds: Int64, limit: Int) async throws -> [UploadRecord]
+    func dueDeadBlobs(before nanoseconds: Int64, limit: Int) async throws -> [String]
+    func forgetDeadBlobs(_ ids: [String]) async throws
+    /// Whether an inode points at this blob.
+    func isBlobInUse(_ id: String) async throws -> Bool
+    /// Which of these blob ids are still in use (by an inode, an upload, or the dead list).
+    func referencedBlobs(among ids: [String]) async throws -> Set<String>
+    func statistics() async throws -> StoreStatistics
+}
+
+/// A namespace and its root folder.
+public struct NamespaceInfo: Sendable, Equatable {
+    public var namespace: Namespace
+    public var rootInode: UInt64
+    public var createdNs: Int64
+}
+
+/// The attributes of a stored inode.
+public struct Inode: Sendable, Equatable {
+    public var ino: UInt64
+    public var kind: NodeKind
+    public var mode: UInt32
+    public var uid: UInt32
+    public var gid: UInt32
+    public var nlink: UInt32
+    public var size: Int64
+    public var blob: String?
+    public var sha256: String?
+    public var contentType: String?
+    public var tags: [String]
+    public var metadata: [String: String]
+    public var isPublic: Bool
+    public var target: String?
+    public var rdev: UInt64?
+    public var atimeNs: Int64
+    public var mtimeNs: Int64
+    public var ctimeNs: Int64
+    public var btimeNs: Int64
+
+    /// The ETag of the content: one value per blob (folders: per inode and mtime).
+    public var etag: String { blob ?? "d\(ino)-\(mtimeNs)" }
+}
+
+/// An entry (a path in a namespace) with its inode.
+public struct Node: Sendable, Equatable {
+    public var namespace: Namespace
+    public var path: StoragePath
+    public var inode: Inode
+}
+
+/// A blob that has been written, fsynced and published under its id.
+public struct BlobInfo: Sendable, Equatable {
+    public var id: String
+    public var size: Int64
+    public var sha256: String
+}
+
+/// Attributes given when a folder or special node is created.
+public struct NewNodeAttributes: Sendable, Equatable {
+    public var mode: UInt32?
+    public var uid: UInt32?
+    public var gid: UInt32?
+    public init(mode: UInt32? = nil, uid: UInt32? = nil, gid: UInt32? = nil) {
+        self.mode = mode
+        self.uid = uid
+        self.gid = gid
+    }
+}
+
+/// An upload session, from start to complete.
+public struct UploadRecord: Sendable, Equatable {
+    public enum State: String, Sendable { case open, completed }
+    public var id: String
+    public var namespace: Namespace
+    public var path: StoragePath
+    public var size: Int64
+    public var contentType: String
+    /// nil: keep the tags an overwritten file had.
+    public var tags: [String]?
+    public var params: UploadParams
+    public var createdNs: Int64
+    /// Seconds since the epoch when the storage link expires.
+    public var expiresAt: Int64
+    public var state: State
+    public var resultInode: UInt64?
+    /// tus uploads created at `/tus/files` complete themselves when the last byte arrives.
+    public var autoComplete: Bool
+}
+
+/// What to list.
+public struct ListQuery: Sendable, Equatable {
+    /// The folder to list (its path), and a prefix the names below it must start with.
+    public var folder: StoragePath
+    public var namePrefix: String
+    /// One level (`delimiter=/`) or everything below, recursively.
+    public var recursive: Bool
+    /// Only names containing this (case-insensitive).
+    public var search: String?
+    /// Continue after this key (a name for one level, a path for a recursive listing).
+    public var after: String?
+    /// Page-numbered listing: skip this many.
+    public var offset: Int
+    public var limit: Int
+
+    public init(folder: StoragePath, namePrefix: String = "", recursive: Bool, search: String? = nil, after: String? = nil, offset: Int = 0, limit: Int) {
+        self.folder = folder
+        self.namePrefix = namePrefix
+        self.recursive = recursive
+        self.search = search
+        self.after = after
+        self.offset = offset
+        self.limit = limit
+    }
+}
+
+public struct ListResult: Sendable, Equatable {
+    public var nodes: [Node]
+    public var total: Int
+    /// The key to continue after, when there is more.
+    public var next: String?
+}
+
+public struct StoreStatistics: Sendable, Equatable {
+    public var namespaces: Int
+    public var files: Int
+    public var bytes: Int64
+    public var openUploads: Int
+    public var deadBlobs: Int
+}
+
+/// Why a store operation was refused. Each case maps to one HTTP status and error code.
+public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
+    case namespaceNotFound(Namespace)
+    case notFound(StoragePath)
+    case exists(StoragePath)
+    case notEmpty(StoragePath)
+    case notADirectory(StoragePath)
+    case isADirectory(StoragePath)
+    case invalidRename(String)
+    case preconditionFailed(String)
+    case conflict(String)
+    case badRequest(String)
+
+    public var description: String {
+        switch self {
+        case .namespaceNotFound(let ns): "namespace `\(ns)` does not exist"
+        case .notFound(let p): "`\(p)` does not exist"
+        case .exists(let p): "`\(p)` exists already"
+        case .notEmpty(let p): "folder `\(p)` is not empty"
+        case .notADirectory(let p): "`\(p)` is not a folder"
+        case .isADirectory(let p): "`\(p)` is a folder"
+        case .invalidRename(let why): why
+        case .preconditionFailed(let why): why
+        case .conflict(let why): why
+        case .badRequest(let why): why
+        }
+    }
+}

@@ -1,0 +1,807 @@
+import Foundation
+import GRDB
+public import StorageProtocol
+
+/// The SQLite metadata store (GRDB, WAL mode, `synchronous=FULL`: a commit is on disk when it returns).
+///
+/// Schema (see `migrator`): `namespaces`, `inodes`, `entries` (parent, name → inode),
+/// `uploads` and `dead_blobs`. Inode numbers start at 16 and are never reused, so clients may
+/// keep them across remounts.
+///
+/// LOCK ORDERING: none in Swift; SQLite serializes writers, and every method is one transaction.
+public final class SQLiteMetadataStore: MetadataStore {
+    let pool: DatabasePool
+    /// How long a superseded or deleted blob is kept for reads that already hold it.
+    let blobGraceNs: Int64
+
+    /// Opens (creating if needed) the database at `path`.
+    public init(path: String, blobGraceSeconds: Int64) throws {
+        var config = Configuration()
+        config.busyMode = .timeout(30)
+        config.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+            try db.execute(sql: "PRAGMA foreign_keys = OFF")
+        }
+        pool = try DatabasePool(path: path, configuration: config)
+        blobGraceNs = blobGraceSeconds * 1_000_000_000
+        try Self.migrator.migrate(pool)
+    }
+
+    static var migrator: DatabaseMigrator {
+        var m = DatabaseMigrator()
+        m.registerMigration("v1") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE namespaces (
+                        name TEXT PRIMARY KEY NOT NULL,
+                        root INTEGER NOT NULL,
+                        created_ns INTEGER NOT NULL
+                    );
+                    CREATE TABLE inodes (
+                        ino INTEGER PRIMARY KEY AUTOINCREMENT,
+                        namespace TEXT NOT NULL,
+                        kind TEXT NOT NULL,
+                        mode INTEGER NOT NULL,
+                        uid INTEGER NOT NULL DEFAULT 0,
+                        gid INTEGER NOT NULL DEFAULT 0,
+                        nlink INTEGER NOT NULL DEFAULT 1,
+                        size INTEGER NOT NULL DEFAULT 0,
+                        blob TEXT,
+                        sha256 TEXT,
+                        content_type TEXT,
+                        tags TEXT NOT NULL DEFAULT '[]',
+                        metadata TEXT NOT NULL DEFAULT '{}',
+                        public INTEGER NOT NULL DEFAULT 0,
+                        target TEXT,
+                        rdev INTEGER,
+                        atime_ns INTEGER NOT NULL,
+                        mtime_ns INTEGER NOT NULL,
+                        ctime_ns INTEGER NOT NULL,
+                        btime_ns INTEGER NOT NULL
+                    );
+                    CREATE INDEX inodes_by_namespace ON inodes(namespace);
+                    CREATE INDEX inodes_by_blob ON inodes(blob) WHERE blob IS NOT NULL;
+                    INSERT INTO sqlite_sequence(name, seq) VALUES ('inodes', 15);
+                    CREATE TABLE entries (
+                        parent INTEGER NOT NULL,
+                        name TEXT NOT NULL,
+                        ino INTEGER NOT NULL,
+                        PRIMARY KEY (parent, name)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX entries_by_ino ON entries(ino);
+                    CREATE TABLE uploads (
+                        id TEXT PRIMARY KEY NOT NULL,
+                        namespace TEXT NOT NULL,
+                        path TEXT NOT NULL,
+                        size INTEGER NOT NULL,
+                        content_type TEXT NOT NULL,
+                        tags TEXT,
+                        params TEXT NOT NULL,
+                        created_ns INTEGER NOT NULL,
+                        expires_at INTEGER NOT NULL,
+                        state TEXT NOT NULL,
+                        result_ino INTEGER,
+                        auto_complete INTEGER NOT NULL DEFAULT 0
+                    );
+                    CREATE INDEX uploads_by_expiry ON uploads(expires_at);
+                    CREATE TABLE dead_blobs (
+                        blob TEXT PRIMARY KEY NOT NULL,
+                        delete_after INTEGER NOT NULL
+                    );
+                    """
+            )
+        }
+        return m
+    }
+
+    // MARK: - Namespaces
+
+    public func createNamespace(_ ns: Namespace) async throws -> (NamespaceInfo, created: Bool) {
+        try await pool.write { db in
+            if let existing = try Self.namespaceInfo(db, ns) { return (existing, false) }
+            let now = Timestamp.nowNanoseconds()
+            let root = try Self.insertInode(db, ns: ns, kind: .directory, attributes: NewNodeAttributes(mode: 0o755), nlink: 2, now: now)
+            try db.execute(sql: "INSERT INTO namespaces(name, root, created_ns) VALUES (?, ?, ?)", arguments: [ns.name, root, now])
+            return (NamespaceInfo(namespace: ns, rootInode: UInt64(root), createdNs: now), true)
+        }
+    }
+
+    public func deleteNamespace(_ ns: Namespace, recursive: Bool) async throws {
+        let grace = blobGraceNs
+        try await pool.write { db in
+            guard let info = try Self.namespaceInfo(db, ns) else { throw StoreError.namespaceNotFound(ns) }
+            let children = try Int.fetchOne(db, sql: "SELECT count(*) FROM entries WHERE parent = ?", arguments: [info.rootInode]) ?? 0
+            if children > 0 && !recursive { throw StoreError.notEmpty(.root) }
+            let deadline = Timestamp.nowNanoseconds() + grace
+            try db.execute(
+                sql: """
+                    INSERT OR IGNORE INTO dead_blobs(blob, delete_after)
+                    SELECT blob, ? FROM inodes WHERE namespace = ? AND blob IS NOT NULL
+                    """,
+                arguments: [deadline, ns.name])
+            try db.execute(sql: "DELETE FROM entries WHERE ino IN (SELECT ino FROM inodes WHERE namespace = ?)", arguments: [ns.name])
+            try db.execute(sql: "DELETE FROM inodes WHERE namespace = ?", arguments: [ns.name])
+            try db.execute(sql: "DELETE FROM namespaces WHERE name = ?", arguments: [ns.name])
+            try db.execute(sql: "UPDATE uploads SET expires_at = 0 WHERE namespace = ? AND state = 'open'", arguments: [ns.name])
+        }
+    }
+
+    public func namespaces() async throws -> [NamespaceInfo] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT name, root, created_ns FROM namespaces ORDER BY name").compactMap { row in
+                guard let ns = try? Namespace(row["name"] as String) else { return nil }
+                return NamespaceInfo(namespace: ns, rootInode: UInt64(row["root"] as Int64), createdNs: row["created_ns"])
+            }
+        }
+    }
+
+    public func namespace(_ ns: Namespace) async throws -> NamespaceInfo? {
+        try await pool.read { db in try Self.namespaceInfo(db, ns) }
+    }
+
+    static func namespaceInfo(_ db: Database, _ ns: Namespace) throws -> NamespaceInfo? {
+        guard let row = try Row.fetchOne(db, sql: "SELECT root, created_ns FROM namespaces WHERE name = ?", arguments: [ns.name]) else {
+            return nil
+        }
+        return NamespaceInfo(namespace: ns, rootInode: UInt64(row["root"] as Int64), createdNs: row["created_ns"])
+    }
+
+    // MARK: - Reading
+
+    public func node(_ ns: Namespace, _ path: StoragePath) async throws -> Node {
+        try await pool.read { db in
+            let ino = try Self.resolve(db, ns, path)
+            return Node(namespace: ns, path: path, inode: try Self.inode(db, ino))
+        }
+    }
+
+    public func node(inode: UInt64) async throws -> Node? {
+        try await pool.read { db in
+            guard let row = try Row.fetchOne(db, sql: "SELECT * FROM inodes WHERE ino = ?", arguments: [Int64(inode)]) else { return nil }
+            let ino = try Self.decodeInode(row)
+            guard let ns = try? Namespace(row["namespace"] as String), let path = try Self.path(db, of: Int64(inode), in: ns) else {
+                return nil
+            }
+            return Node(namespace: ns, path: path, inode: ino)
+        }
+    }
+
+    public func list(_ ns: Namespace, _ query: ListQuery) async throws -> ListResult {
+        try await pool.read { db in
+            let folder = try Self.resolve(db, ns, query.folder)
+            guard try Self.kind(db, folder) == .directory else { throw StoreError.notADirectory(query.folder) }
+            return query.recursive ? try Self.listRecursive(db, ns, folder: folder, query) : try Self.listLevel(db, ns, folder: folder, query)
+        }
+    }
+
+    private static func listLevel(_ db: Database, _ ns: Namespace, folder: Int64, _ q: ListQuery) throws -> ListResult {
+        var filter = "e.parent = :folder"
+        var args: [String: (any DatabaseValueConvertible)?] = ["folder": folder]
+        if !q.namePrefix.isEmpty {
+            filter += " AND e.name >= :prefix AND substr(e.name, 1, length(:prefix)) = :prefix"
+            args["prefix"] = q.namePrefix
+        }
+        if let search = q.search, !search.isEmpty {
+            filter += " AND instr(lower(e.name), lower(:search)) > 0"
+            args["search"] = search
+        }
+        let total = try Int.fetchOne(db, sql: "SELECT count(*) FROM entries e WHERE \(filter)", arguments: StatementArguments(args)) ?? 0
+        var pageFilter = filter
+        if let after = q.after {
+            pageFilter += " AND e.name > :after"
+            args["after"] = after
+        }
+        args["limit"] = q.limit + 1
+        args["offset"] = q.after == nil ? q.offset : 0
+        let rows = try Row.fetchAll(
+            db,
+            sql: "SELECT e.name AS entry_name, i.* FROM entries e JOIN inodes i ON i.ino = e.ino WHERE \(pageFilter) ORDER BY e.name LIMIT :limit OFFSET :offset",
+            arguments: StatementArguments(args))
+        var nodes: [Node] = []
+        for row in rows.prefix(q.limit) {
+            let name: String = row["entry_name"]
+            nodes.append(Node(namespace: ns, path: try q.folder.appending(name), inode: try decodeInode(row)))
+        }
+        let next = rows.count > q.limit ? nodes.last?.path.name : nil
+        return ListResult(nodes: nodes, total: total, next: next)
+    }
+
+    private static func listRecursive(_ db: Database, _ ns: Namespace, folder: Int64, _ q: ListQuery) throws -> ListResult {
+        var args: [String: (any DatabaseValueConvertible)?] = ["folder": folder, "prefix": q.namePrefix]
+        let tree = """
+            WITH RECURSIVE tree(ino, name, path, kind) AS (
+                SELECT e.ino, e.name, e.name, i.kind FROM entries e JOIN inodes i ON i.ino = e.ino
+                    WHERE e.parent = :folder AND substr(e.name, 1, length(:prefix)) = :prefix
+                UNION ALL
+                SELECT e.ino, e.name, tree.path || '/' || e.name, i.kind FROM tree
+                    JOIN entries e ON e.parent = tree.ino JOIN inodes i ON i.ino = e.ino
+                    WHERE tree.kind = 'dir'
+            )
+            """
+        var filter = "tree.kind != 'dir'"
+        if let search = q.search, !search.isEmpty {
+            filter += " AND instr(lower(tree.name), lower(:search)) > 0"
+            args["search"] = search
+        }
+        let total = try Int.fetchOne(db, sql: "\(tree) SELECT count(*) FROM tree WHERE \(filter)", arguments: StatementArguments(args)) ?? 0
+        if let after = q.after {
+            filter += " AND tree.path > :after"
+            args["after"] = after
+        }
+        args["limit"] = q.limit + 1
+        args["offset"] = q.after == nil ? q.offset : 0
+        let rows = try Row.fetchAll(
+            db,
+            sql: "\(tree) SELECT tree.path AS rel_path, i.* FROM tree JOIN inodes i ON i.ino = tree.ino WHERE \(filter) ORDER BY tree.path LIMIT :limit OFFSET :offset",
+            arguments: StatementArguments(args))
+        var nodes: [Node] = []
+        var lastKey: String?
+        for row in rows.prefix(q.limit) {
+            let rel: String = row["rel_path"]
+            let relPath = try StoragePath(rel)
+            nodes.append(Node(namespace: ns, path: try StoragePath(segments: q.folder.segments + relPath.segments), inode: try decodeInode(row)))
+            lastKey = rel
+        }
+        return ListResult(nodes: nodes, total: total, next: rows.count > q.limit ? lastKey : nil)
+    }
+
+    // MARK: - Changing the tree
+
+    public func makeFolder(_ ns: Namespace, _ path: StoragePath, attributes: NewNodeAttributes, parents: Bool, existOk: Bool) async throws -> Node {
+        try await pool.write { db in
+            let now = Timestamp.nowNanoseconds()
+            if path.isRoot {
+                guard existOk else { throw StoreError.exists(path) }
+                return Node(namespace: ns, path: path, inode: try Self.inode(db, try Self.resolve(db, ns, path)))
+            }
+            let parent = parents
+                ? try Self.ensureFolders(db, ns, path.parent, attributes: attributes, now: now)
+                : try Self.resolveFolder(db, ns, path.parent)
+            if let existing = try Self.lookup(db, parent, path.name) {
+                let inode = try Self.inode(db, existing)
+                guard inode.kind == .directory else { throw StoreError.exists(path) }
+                guard existOk else { throw StoreError.exists(path) }
+                return Node(namespace: ns, path: path, inode: inode)
+            }
+            let ino = try Self.insertDirectory(db, ns, parent: parent, name: path.name, attributes: attributes, now: now)
+            return Node(namespace: ns, path: path, inode: try Self.inode(db, ino))
+        }
+    }
+
+    public func removeFolder(_ ns: Namespace, _ path: StoragePath) async throws {
+        try await pool.write { db in
+            guard !path.isRoot else { throw StoreError.badRequest("the root folder of a namespace cannot be removed") }
+            let parent = try Self.resolveFolder(db, ns, path.parent)
+            guard let ino = try Self.lookup(db, parent, path.name) else { throw StoreError.notFound(path) }
+            guard try Self.kind(db, ino) == .directory else { throw StoreError.notADirectory(path) }
+            let children = try Int.fetchOne(db, sql: "SELECT count(*) FROM entries WHERE parent = ?", arguments: [ino]) ?? 0
+            guard children == 0 else { throw StoreError.notEmpty(path) }
+            let now = Timestamp.nowNanoseconds()
+            try Self.removeEntry(db, parent: parent, name: path.name, ino: ino, isDirectory: true, now: now, graceNs: 0)
+        }
+    }
+
+    public func removeFile(_ ns: Namespace, _ path: StoragePath, ifMatch: String?) async throws {
+        let grace = blobGraceNs
+        try await pool.write { db in
+            guard !path.isRoot else { throw StoreError.isADirectory(path) }
+            let parent = try Self.resolveFolder(db, ns, path.parent)
+            guard let ino = try Self.lookup(db, parent, path.name) else { throw StoreError.notFound(path) }
+            let inode = try Self.inode(db, ino)
+            guard inode.kind != .directory else { throw StoreError.isADirectory(path) }
+            if let ifMatch, !Self.etagMatches(ifMatch, inode.etag) {
+                throw StoreError.preconditionFailed("`\(path)` has changed (ETag \(inode.etag))")
+            }
+            try Self.removeEntry(db, parent: parent, name: path.name, ino: ino, isDirectory: false, now: Timestamp.nowNanoseconds(), graceNs: grace)
+        }
+    }
+
+    public func rename(_ ns: Namespace, from: StoragePath, to: StoragePath, replace: Bool, exchange: Bool) async throws -> Node {
+        let grace = blobGraceNs
+        return try await pool.write { db in
+            guard !from.isRoot, !to.isRoot else { throw StoreError.invalidRename("the root folder cannot be renamed") }
+            let now = Timestamp.nowNanoseconds()
+            let fromParent = try Self.resolveFolder(db, ns, from.parent)
+            guard let ino = try Self.lookup(db, fromParent, from.name) else { throw StoreError.notFound(from) }
+            let toParent = try Self.resolveFolder(db, ns, to.parent)
+            let source = try Self.inode(db, ino)
+            if source.kind == .directory && to.isWithin(from) && to != from {
+                throw StoreError.invalidRename("cannot move folder `\(from)` into itself (`\(to)`)")
+            }
+            let existing = try Self.lookup(db, toParent, to.name)
+            if exchange {
+                guard let other = existing else { throw StoreError.notFound(to) }
+                let target = try Self.inode(db, other)
+                if target.kind == .directory && from.isWithin(to) {
+                    throw StoreError.invalidRename("cannot exchange `\(to)` with something inside it")
+                }
+                try db.execute(sql: "UPDATE entries SET ino = ? WHERE parent = ? AND name = ?", arguments: [other, fromParent, from.name])
+                try db.execute(sql: "UPDATE entries SET ino = ? WHERE parent = ? AND name = ?", arguments: [ino, toParent, to.name])
+                if fromParent != toParent {
+                    let delta = (source.kind == .directory ? 1 : 0) - (target.kind == .directory ? 1 : 0)
+                    if delta != 0 {
+                        try db.execute(sql: "UPDATE inodes SET nlink = nlink - ? WHERE ino = ?", arguments: [delta, fromParent])
+                        try db.execute(sql: "UPDATE inodes SET nlink = nlink + ? WHERE ino = ?", arguments: [delta, toParent])
+                    }
+                }
+                try db.execute(sql: "UPDATE inodes SET ctime_ns = ? WHERE ino IN (?, ?)", arguments: [now, ino, other])
+                try Self.touchDirectories(db, [fromParent, toParent], now: now)
+                return Node(namespace: ns, path: to, inode: try Self.inode(db, ino))
+            }
+            if let existing {
+                if existing == ino {
+                    // Same inode (the same entry, or two hard links of one file): nothing to do.
+                    return Node(namespace: ns, path: to, inode: source)
+                }
+                guard replace else { throw StoreError.exists(to) }
+                let target = try Self.inode(db, existing)
+                if source.kind == .directory {
+                    guard target.kind == .directory else { throw StoreError.notADirectory(to) }
+                    let children = try Int.fetchOne(db, sql: "SELECT count(*) FROM entries WHERE parent = ?", arguments: [existing]) ?? 0
+                    guard children == 0 else { throw StoreError.notEmpty(to) }
+                } else if target.kind == .directory {
+                    throw StoreError.isADirectory(to)
+                }
+                try Self.removeEntry(db, parent: toParent, name: to.name, ino: existing, isDirectory: target.kind == .directory, now: now, graceNs: grace)
+            }
+            try db.execute(sql: "DELETE FROM entries WHERE parent = ? AND name = ?", arguments: [fromParent, from.name])
+            try db.execute(sql: "INSERT INTO entries(parent, name, ino) VALUES (?, ?, ?)", arguments: [toParent, to.name, ino])
+            if source.kind == .directory && fromParent != toParent {
+                try db.execute(sql: "UPDATE inodes SET nlink = nlink - 1 WHERE ino = ?", arguments: [fromParent])
+                try db.execute(sql: "UPDATE inodes SET nlink = nlink + 1 WHERE ino = ?", arguments: [toParent])
+            }
+            try db.execute(sql: "UPDATE inodes SET ctime_ns = ? WHERE ino = ?", arguments: [now, ino])
+            try Self.touchDirectories(db, [fromParent, toParent], now: now)
+            return Node(namespace: ns, path: to, inode: try Self.inode(db, ino))
+        }
+    }
+
+    public func makeNode(_ ns: Namespace, _ path: StoragePath, kind: NodeKind, attributes: NewNodeAttributes, target: String?, rdev: UInt64?) async throws -> Node {
+        try await pool.write { db in
+            guard !path.isRoot else { throw StoreError.exists(path) }
+            let parent = try Self.resolveFolder(db, ns, path.parent)
+            if try Self.lookup(db, parent, path.name) != nil { throw StoreError.exists(path) }
+            let now = Timestamp.nowNanoseconds()
+            let ino = try Self.insertInode(db, ns: ns, kind: kind, attributes: attributes, nlink: 1, now: now, target: target, rdev: rdev)
+            try Self.insertEntry(db, parent: parent, name: path.name, ino: ino, now: now)
+            return Node(namespace: ns, path: path, inode: try Self.inode(db, ino))
+        }
+    }
+
+    public func link(_ ns: Namespace, from: StoragePath, to: StoragePath) async throws -> Node {
+        try await pool.write { db in
+            guard !from.isRoot, !to.isRoot else { throw StoreError.badRequest("the root folder cannot be linked") }
+            let ino = try Self.resolve(db, ns, from)
+            guard try Self.kind(db, ino) != .directory else { throw StoreError.isADirectory(from) }
+            let parent = try Self.resolveFolder(db, ns, to.parent)
+            if try Self.lookup(db, parent, to.name) != nil { throw StoreError.exists(to) }
+            let now = Timestamp.nowNanoseconds()
+            try Self.insertEntry(db, parent: parent, name: to.name, ino: ino, now: now)
+            try db.execute(sql: "UPDATE inodes SET nlink = nlink + 1, ctime_ns = ? WHERE ino = ?", arguments: [now, ino])
+            return Node(namespace: ns, path: to, inode: try Self.inode(db, ino))
+        }
+    }
+
+    public func patch(_ ns: Namespace, _ path: StoragePath, _ patch: FilePatch, ifMatch: String?) async throws -> Node {
+        try await pool.write { db in
+            let ino = try Self.resolve(db, ns, path)
+            var inode = try Self.inode(db, ino)
+            if let ifMatch, !Self.etagMatches(ifMatch, inode.etag) {
+                throw StoreError.preconditionFailed("`\(path)` has changed (ETag \(inode.etag))")
+            }
+            let now = Timestamp.nowNanoseconds()
+            if let tags = patch.tags { inode.tags = tags }
+            if let metadata = patch.metadata { inode.metadata = metadata }
+            for (k, v) in patch.metadataSet ?? [:] { inode.metadata[k] = v }
+            for k in patch.metadataRemove ?? [] { inode.metadata[k] = nil }
+            if let ct = patch.contentType { inode.contentType = ct }
+            if let p = patch.isPublic { inode.isPublic = p }
+            if let mode = patch.mode { inode.mode = mode & 0o7777 }
+            if let uid = patch.uid { inode.uid = uid }
+            if let gid = patch.gid { inode.gid = gid }
+            if let a = patch.atimeNs { inode.atimeNs = a }
+            if let m = patch.mtimeNs { inode.mtimeNs = m }
+            inode.ctimeNs = now
+            try db.execute(
+                sql: """
+                    UPDATE inodes SET tags = ?, metadata = ?, content_type = ?, public = ?, mode = ?, uid = ?, gid = ?,
+                        atime_ns = ?, mtime_ns = ?, ctime_ns = ? WHERE ino = ?
+                    """,
+                arguments: [
+                    Self.json(inode.tags), Self.json(inode.metadata), inode.contentType, inode.isPublic, inode.mode, inode.uid,
+                    inode.gid, inode.atimeNs, inode.mtimeNs, inode.ctimeNs, ino,
+                ])
+            return Node(namespace: ns, path: path, inode: inode)
+        }
+    }
+
+    public func swapBlob(_ ns: Namespace, _ path: StoragePath, expectedBlob: String, newBlob: BlobInfo, mtimeNs: Int64?) async throws -> Node {
+        let grace = blobGraceNs
+        return try await pool.write { db in
+            let ino = try Self.resolve(db, ns, path)
+            let inode = try Self.inode(db, ino)
+            guard inode.blob == expectedBlob else { throw StoreError.preconditionFailed("`\(path)` changed while it was being truncated") }
+            let now = Timestamp.nowNanoseconds()
+            try db.execute(
+                sql: "UPDATE inodes SET blob = ?, size = ?, sha256 = ?, mtime_ns = ?, ctime_ns = ? WHERE ino = ?",
+                arguments: [newBlob.id, newBlob.size, newBlob.sha256, mtimeNs ?? now, now, ino])
+            try Self.retire(db, blob: expectedBlob, now: now, graceNs: grace)
+            return Node(namespace: ns, path: path, inode: try Self.inode(db, ino))
+        }
+    }
+
+    // MARK: - Uploads
+
+    public func createUpload(_ u: UploadRecord) async throws {
+        try await pool.write { db in
+            guard try Self.namespaceInfo(db, u.namespace) != nil else { throw StoreError.namespaceNotFound(u.namespace) }
+            try db.execute(
+                sql: """
+                    INSERT INTO uploads(id, namespace, path, size, content_type, tags, params, created_ns, expires_at, state, result_ino, auto_complete)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                arguments: [
+                    u.id, u.namespace.name, u.path.string, u.size, u.contentType, u.tags.map { Self.json($0) },
+                    String(decoding: WireJSON.encode(u.params), as: UTF8.self), u.createdNs, u.expiresAt, u.state.rawValue,
+                    u.resultInode.map { Int64($0) }, u.autoComplete,
+                ])
+        }
+    }
+
+    public func upload(id: String) async throws -> UploadRecord? {
+        try await pool.read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM uploads WHERE id = ?", arguments: [id]).map(Self.decodeUpload)
+        }
+    }
+
+    public func deleteUpload(id: String) async throws {
+        try await pool.write { db in try db.execute(sql: "DELETE FROM uploads WHERE id = ?", arguments: [id]) }
+    }
+
+    public func publish(_ upload: UploadRecord, blob: BlobInfo) async throws -> Node {
+        let grace = blobGraceNs
+        return try await pool.write { db in
+            guard let current = try Row.fetchOne(db, sql: "SELECT * FROM uploads WHERE id = ?", arguments: [upload.id]).map(Self.decodeUpload) else {
+                throw StoreError.notFound(upload.path)
+            }
+            if current.state == .completed, let ino = current.resultInode {
+                return Node(namespace: upload.namespace, path: upload.path, inode: try Self.inode(db, Int64(ino)))
+            }
+            let ns = upload.namespace, path = upload.path, p = upload.params
+            let now = Timestamp.nowNanoseconds()
+            guard !path.isRoot else { throw StoreError.isADirectory(path) }
+            let parent = try Self.ensureFolders(db, ns, path.parent, attributes: NewNodeAttributes(uid: p.uid, gid: p.gid), now: now)
+            let ino: Int64
+            if let existing = try Self.lookup(db, parent, path.name) {
+                var inode = try Self.inode(db, existing)
+                if p.ifNoneMatch == "*" { throw StoreError.preconditionFailed("`\(path)` exists already") }
+                if let ifMatch = p.ifMatch, !Self.etagMatches(ifMatch, inode.etag) {
+                    throw StoreError.preconditionFailed("`\(path)` has changed (ETag \(inode.etag))")
+                }
+                switch inode.kind {
+                case .directory:
+                    throw StoreError.isADirectory(path)
+                case .file:
+                    // Overwrite: the same inode (hard links see the new content), a new blob.
+                    let old = inode.blob
+                    inode.blob = blob.id
+                    inode.size = blob.size
+                    inode.sha256 = blob.sha256
+                    inode.contentType = upload.contentType
+                    if let tags = upload.tags { inode.tags = tags }
+                    if let m = p.metadata { inode.metadata = m }
+                    if let pub = p.isPublic { inode.isPublic = pub }
+                    if let mode = p.mode { inode.mode = mode & 0o7777 }
+                    if let uid = p.uid { inode.uid = uid }
+                    if let gid = p.gid { inode.gid = gid }
+                    inode.mtimeNs = p.mtimeNs ?? now
+                    if let a = p.atimeNs { inode.atimeNs = a }
+                    inode.ctimeNs = now
+                    try Self.updateContent(db, existing, inode)
+                    if let old, old != blob.id { try Self.retire(db, blob: old, now: now, graceNs: grace) }
+                    ino = existing
+                default:
+                    try Self.removeEntry(db, parent: parent, name: path.name, ino: existing, isDirectory: false, now: now, graceNs: grace)
+                    ino = try Self.insertFile(db, upload, blob: blob, parent: parent, now: now)
+                }
+            } else {
+                if let ifMatch = p.ifMatch, ifMatch != "*" { throw StoreError.preconditionFailed("`\(path)` does not exist (If-Match \(ifMatch))") }
+                ino = try Self.insertFile(db, upload, blob: blob, parent: parent, now: now)
+            }
+            try db.execute(sql: "UPDATE uploads SET state = 'completed', result_ino = ? WHERE id = ?", arguments: [ino, upload.id])
+            return Node(namespace: ns, path: path, inode: try Self.inode(db, ino))
+        }
+    }
+
+    private static func insertFile(_ db: Database, _ u: UploadRecord, blob: BlobInfo, parent: Int64, now: Int64) throws -> Int64 {
+        let p = u.params
+        let ino = try insertInode(
+            db, ns: u.namespace, kind: .file, attributes: NewNodeAttributes(mode: p.mode ?? 0o644, uid: p.uid, gid: p.gid), nlink: 1, now: now)
+        var inode = try inode(db, ino)
+        inode.blob = blob.id
+        inode.size = blob.size
+        inode.sha256 = blob.sha256
+        inode.contentType = u.contentType
+        inode.tags = u.tags ?? []
+        inode.metadata = p.metadata ?? [:]
+        inode.isPublic = p.isPublic ?? false
+        inode.mtimeNs = p.mtimeNs ?? now
+        inode.atimeNs = p.atimeNs ?? now
+        try updateContent(db, ino, inode)
+        try insertEntry(db, parent: parent, name: u.path.name, ino: ino, now: now)
+        return ino
+    }
+
+    private static func updateContent(_ db: Database, _ ino: Int64, _ i: Inode) throws {
+        try db.execute(
+            sql: """
+                UPDATE inodes SET blob = ?, size = ?, sha256 = ?, content_type = ?, tags = ?, metadata = ?, public = ?,
+                    mode = ?, uid = ?, gid = ?, atime_ns = ?, mtime_ns = ?, ctime_ns = ? WHERE ino = ?
+                """,
+            arguments: [
+                i.blob, i.size, i.sha256, i.contentType, json(i.tags), json(i.metadata), i.isPublic, i.mode, i.uid, i.gid, i.atimeNs,
+                i.mtimeNs, i.ctimeNs, ino,
+            ])
+    }
+
+    // MARK: - Garbage collection
+
+    public func expiredUploads(before seconds: Int64, limit: Int) async throws -> [UploadRecord] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM uploads WHERE expires_at < ? ORDER BY expires_at LIMIT ?", arguments: [seconds, limit])
+                .map(Self.decodeUpload)
+        }
+    }
+
+    public func dueDeadBlobs(before nanoseconds: Int64, limit: Int) async throws -> [String] {
+        try await pool.read { db in
+            try String.fetchAll(db, sql: "SELECT blob FROM dead_blobs WHERE delete_after < ? LIMIT ?", arguments: [nanoseconds, limit])
+        }
+    }
+
+    public func forgetDeadBlobs(_ ids: [String]) async throws {
+        guard !ids.isEmpty else { return }
+        try await pool.write { db in
+            for id in ids {
+                try db.execute(sql: "DELETE FROM dead_blobs WHERE blob = ?", arguments: [id])
+            }
+        }
+    }
+
+    public func isBlobInUse(_ id: String) async throws -> Bool {
+        try await pool.read { db in try Bool.fetchOne(db, sql: "SELECT EXISTS(SELECT 1 FROM inodes WHERE blob = ?)", arguments: [id]) ?? false }
+    }
+
+    public func referencedBlobs(among ids: [String]) async throws -> Set<String> {
+        guard !ids.isEmpty else { return [] }
+        return try await pool.read { db in
+            var used = Set<String>()
+            for id in ids {
+                let inInodes = try Bool.fetchOne(db, sql: "SELECT EXISTS(SELECT 1 FROM inodes WHERE blob = ?)", arguments: [id]) ?? false
+                let inUploads = try Bool.fetchOne(db, sql: "SELECT EXISTS(SELECT 1 FROM uploads WHERE id = ? AND state = 'open')", arguments: [id]) ?? false
+                let dead = try Bool.fetchOne(db, sql: "SELECT EXISTS(SELECT 1 FROM dead_blobs WHERE blob = ?)", arguments: [id]) ?? false
+                if inInodes || inUploads || dead { used.insert(id) }
+            }
+            return used
+        }
+    }
+
+    public func statistics() async throws -> StoreStatistics {
+        try await pool.read { db in
+            let row = try Row.fetchOne(db, sql: "SELECT count(*) AS n, coalesce(sum(size), 0) AS bytes FROM inodes WHERE kind = 'file'")
+            return StoreStatistics(
+                namespaces: try Int.fetchOne(db, sql: "SELECT count(*) FROM namespaces") ?? 0,
+                files: row?["n"] ?? 0,
+                bytes: row?["bytes"] ?? 0,
+                openUploads: try Int.fetchOne(db, sql: "SELECT count(*) FROM uploads WHERE state = 'open'") ?? 0,
+                deadBlobs: try Int.fetchOne(db, sql: "SELECT count(*) FROM dead_blobs") ?? 0)
+        }
+    }
+}
+
+// MARK: - Helpers used inside transactions
+
+extension SQLiteMetadataStore {
+    static func rootInode(_ db: Database, _ ns: Namespace) throws -> Int64 {
+        guard let root = try Int64.fetchOne(db, sql: "SELECT root FROM namespaces WHERE name = ?", arguments: [ns.name]) else {
+            throw StoreError.namespaceNotFound(ns)
+        }
+        return root
+    }
+
+    static func lookup(_ db: Database, _ parent: Int64, _ name: String) throws -> Int64? {
+        try Int64.fetchOne(db, sql: "SELECT ino FROM entries WHERE parent = ? AND name = ?", arguments: [parent, name])
+    }
+
+    static func kind(_ db: Database, _ ino: Int64) throws -> NodeKind {
+        guard let raw = try String.fetchOne(db, sql: "SELECT kind FROM inodes WHERE ino = ?", arguments: [ino]), let kind = NodeKind(rawValue: raw)
+        else { throw StoreError.conflict("inode \(ino) is missing") }
+        return kind
+    }
+
+    /// The inode a path names. Throws `notFound` or `notADirectory` (a file used as a folder).
+    static func resolve(_ db: Database, _ ns: Namespace, _ path: StoragePath) throws -> Int64 {
+        var ino = try rootInode(db, ns)
+        for (i, name) in path.segments.enumerated() {
+            if i > 0, try kind(db, ino) != .directory {
+                throw StoreError.notADirectory(try StoragePath(segments: Array(path.segments.prefix(i))))
+            }
+            guard let next = try lookup(db, ino, name) else { throw StoreError.notFound(path) }
+            ino = next
+        }
+        return ino
+    }
+
+    /// The inode of a folder; `notFound` when missing, `notADirectory` when something else.
+    static func resolveFolder(_ db: Database, _ ns: Namespace, _ path: StoragePath) throws -> Int64 {
+        let ino = try resolve(db, ns, path)
+        guard try kind(db, ino) == .directory else { throw StoreError.notADirectory(path) }
+        return ino
+    }
+
+    /// Like `mkdir -p`: the folder at `path`, creating what is missing.
+    static func ensureFolders(_ db: Database, _ ns: Namespace, _ path: StoragePath, attributes: NewNodeAttributes, now: Int64) throws -> Int64 {
+        var ino = try rootInode(db, ns)
+        for (i, name) in path.segments.enumerated() {
+            if let next = try lookup(db, ino, name) {
+                guard try kind(db, next) == .directory else {
+                    throw StoreError.notADirectory(try StoragePath(segments: Array(path.segments.prefix(i + 1))))
+                }
+                ino = next
+            } else {
+                ino = try insertDirectory(db, ns, parent: ino, name: name, attributes: attributes, now: now)
+            }
+        }
+        return ino
+    }
+
+    static func insertDirectory(_ db: Database, _ ns: Namespace, parent: Int64, name: String, attributes: NewNodeAttributes, now: Int64) throws -> Int64 {
+        var attrs = attributes
+        if attrs.mode == nil { attrs.mode = 0o755 }
+        let ino = try insertInode(db, ns: ns, kind: .directory, attributes: attrs, nlink: 2, now: now)
+        try insertEntry(db, parent: parent, name: name, ino: ino, now: now)
+        try db.execute(sql: "UPDATE inodes SET nlink = nlink + 1 WHERE ino = ?", arguments: [parent])
+        return ino
+    }
+
+    static func insertInode(
+        _ db: Database, ns: Namespace, kind: NodeKind, attributes: NewNodeAttributes, nlink: Int, now: Int64, target: String? = nil,
+        rdev: UInt64? = nil
+    ) throws -> Int64 {
+        let defaultMode: UInt32 =
+            switch kind {
+            case .directory: 0o755
+            case .symlink: 0o777
+            default: 0o644
+            }
+        try db.execute(
+            sql: """
+                INSERT INTO inodes(namespace, kind, mode, uid, gid, nlink, size, target, rdev, atime_ns, mtime_ns, ctime_ns, btime_ns)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """,
+            arguments: [
+                ns.name, kind.rawValue, (attributes.mode ?? defaultMode) & 0o7777, attributes.uid ?? 0, attributes.gid ?? 0, nlink,
+                kind == .symlink ? Int64(target?.utf8.count ?? 0) : 0, target, rdev.map { Int64(bitPattern: $0) }, now, now, now, now,
+            ])
+        return db.lastInsertedRowID
+    }
+
+    static func insertEntry(_ db: Database, parent: Int64, name: String, ino: Int64, now: Int64) throws {
+        try db.execute(sql: "INSERT INTO entries(parent, name, ino) VALUES (?, ?, ?)", arguments: [parent, name, ino])
+        try touchDirectories(db, [parent], now: now)
+    }
+
+    /// Removes one entry; drops the inode (and retires its blob) when no entry is left.
+    static func removeEntry(_ db: Database, parent: Int64, name: String, ino: Int64, isDirectory: Bool, now: Int64, graceNs: Int64) throws {
+        try db.execute(sql: "DELETE FROM entries WHERE parent = ? AND name = ?", arguments: [parent, name])
+        try touchDirectories(db, [parent], now: now)
+        if isDirectory {
+            try db.execute(sql: "UPDATE inodes SET nlink = nlink - 1 WHERE ino = ?", arguments: [parent])
+            try db.execute(sql: "DELETE FROM inodes WHERE ino = ?", arguments: [ino])
+            return
+        }
+        let remaining = try Int.fetchOne(db, sql: "SELECT count(*) FROM entries WHERE ino = ?", arguments: [ino]) ?? 0
+        if remaining == 0 {
+            if let blob = try String.fetchOne(db, sql: "SELECT blob FROM inodes WHERE ino = ?", arguments: [ino]) {
+                try retire(db, blob: blob, now: now, graceNs: graceNs)
+            }
+            try db.execute(sql: "DELETE FROM inodes WHERE ino = ?", arguments: [ino])
+        } else {
+            try db.execute(sql: "UPDATE inodes SET nlink = ?, ctime_ns = ? WHERE ino = ?", arguments: [remaining, now, ino])
+        }
+    }
+
+    /// Queues a blob for deletion once no read can still need it.
+    static func retire(_ db: Database, blob: String, now: Int64, graceNs: Int64) throws {
+        try db.execute(sql: "INSERT OR REPLACE INTO dead_blobs(blob, delete_after) VALUES (?, ?)", arguments: [blob, now + graceNs])
+    }
+
+    static func touchDirectories(_ db: Database, _ inos: [Int64], now: Int64) throws {
+        for ino in Set(inos) {
+            try db.execute(sql: "UPDATE inodes SET mtime_ns = ?, ctime_ns = ? WHERE ino = ?", arguments: [now, now, ino])
+        }
+    }
+
+    /// One path of an inode (the first entry found when it has several).
+    static func path(_ db: Database, of ino: Int64, in ns: Namespace) throws -> StoragePath? {
+        let root = try rootInode(db, ns)
+        var names: [String] = []
+        var current = ino
+        while current != root {
+            guard let row = try Row.fetchOne(db, sql: "SELECT parent, name FROM entries WHERE ino = ? LIMIT 1", arguments: [current]) else {
+                return nil
+            }
+            names.append(row["name"])
+            current = row["parent"]
+            if names.count > 4096 { return nil }
+        }
+        return try StoragePath(segments: names.reversed())
+    }
+
+    static func inode(_ db: Database, _ ino: Int64) throws -> Inode {
+        guard let row = try Row.fetchOne(db, sql: "SELECT * FROM inodes WHERE ino = ?", arguments: [ino]) else {
+            throw StoreError.conflict("inode \(ino) is missing")
+        }
+        return try decodeInode(row)
+    }
+
+    static func decodeInode(_ row: Row) throws -> Inode {
+        let kindRaw: String = row["kind"]
+        let tagsJSON: String = row["tags"]
+        let metadataJSON: String = row["metadata"]
+        let rdev: Int64? = row["rdev"]
+        return Inode(
+            ino: UInt64(row["ino"] as Int64),
+            kind: NodeKind(rawValue: kindRaw) ?? .file,
+            mode: UInt32(truncatingIfNeeded: row["mode"] as Int64),
+            uid: UInt32(truncatingIfNeeded: row["uid"] as Int64),
+            gid: UInt32(truncatingIfNeeded: row["gid"] as Int64),
+            nlink: UInt32(truncatingIfNeeded: row["nlink"] as Int64),
+            size: row["size"],
+            blob: row["blob"],
+            sha256: row["sha256"],
+            contentType: row["content_type"],
+            tags: (try? JSONDecoder().decode([String].self, from: Data(tagsJSON.utf8))) ?? [],
+            metadata: (try? JSONDecoder().decode([String: String].self, from: Data(metadataJSON.utf8))) ?? [:],
+            isPublic: row["public"],
+            target: row["target"],
+            rdev: rdev.map { UInt64(bitPattern: $0) },
+            atimeNs: row["atime_ns"],
+            mtimeNs: row["mtime_ns"],
+            ctimeNs: row["ctime_ns"],
+            btimeNs: row["btime_ns"])
+    }
+
+    static func decodeUpload(_ row: Row) throws -> UploadRecord {
+        let tagsJSON: String? = row["tags"]
+        let paramsJSON: String = row["params"]
+        let resultIno: Int64? = row["result_ino"]
+        return UploadRecord(
+            id: row["id"],
+            namespace: try Namespace(row["namespace"] as String),
+            path: try StoragePath(row["path"] as String),
+            size: row["size"],
+            contentType: row["content_type"],
+            tags: tagsJSON.flatMap { try? JSONDecoder().decode([String].self, from: Data($0.utf8)) },
+            params: (try? JSONDecoder().decode(UploadParams.self, from: Data(paramsJSON.utf8))) ?? UploadParams(),
+            createdNs: row["created_ns"],
+            expiresAt: row["expires_at"],
+            state: UploadRecord.State(rawValue: row["state"]) ?? .open,
+            resultInode: resultIno.map { UInt64($0) },
+            autoComplete: row["auto_complete"])
+    }
+
+    static func json(_ value: some Encodable) -> String {
+        String(decoding: WireJSON.encode(value), as: UTF8.self)
+    }
+
+    /// Compares an `If-Match` value (possibly quoted, possibly a list, possibly `*`) with an ETag.
+    static func etagMatches(_ header: String, _ etag: String) -> Bool {
+        header.split(separator: ",").contains { raw in
+            var v = raw.trimmingCharacters(in: .whitespaces)
+            if v.hasPrefix("W/") { v.removeFirst(2) }
+            if v == "*" { return true }
+            return v.trimmingCharacters(in: CharacterSet(charactersIn: "\"")) == etag
+        }
+    }
+}

@@ -1,0 +1,123 @@
+import AsyncHTTPClient
+import Foundation
+import Prometheus
+import HTTPTypes
+import Hummingbird
+public import Logging
+import NIOCore
+import ServiceLifecycle
+public import UnixSignals
+import StorageProtocol
+import Synchronization
+
+/// The storage service: opens a data directory and serves the API of PROTOCOL.md over HTTP.
+///
+/// ```swift
+/// let server = try StowServer(configuration: config, logger: logger)
+/// try await server.run { url in print(url) }   // until SIGINT/SIGTERM
+/// ```
+///
+/// The data directory holds `stowd.sqlite` (metadata), `blobs/` (file contents by id),
+/// `uploads/` (uploads in progress) and `secret.key` (the URL-signing secret).
+public final class StowServer: Sendable {
+    let service: StowService
+    let http: HTTPClient
+    private let group = Mutex<ServiceGroup?>(nil)
+
+    public init(configuration: ServerConfiguration, logger: Logger = Logger(label: "stowd")) throws {
+        let dir = configuration.dataDirectory
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let secret = try Self.loadOrCreateSecret(at: dir + "/secret.key")
+        let store = try SQLiteMetadataStore(path: dir + "/stowd.sqlite", blobGraceSeconds: configuration.blobGrace)
+        let blobs = try LocalBlobStore(root: dir)
+        service = StowService(config: configuration, store: store, blobs: blobs, signer: URLSigner(secret: secret), logger: logger)
+        var httpConfig = HTTPClient.Configuration(redirectConfiguration: .disallow, timeout: .init(connect: .seconds(10), read: .seconds(60)))
+        httpConfig.connectionPool = .init(idleTimeout: .seconds(30))
+        http = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: httpConfig)
+    }
+
+    /// The metadata store (for tests and tools that inspect the server's state).
+    public var store: any MetadataStore { service.store }
+
+    /// Serves until a graceful-shutdown signal arrives (or the task is cancelled).
+    /// - Parameters:
+    ///   - signals: the signals that start a graceful shutdown.
+    ///   - onListening: called once with the base URL the server listens on.
+    public func run(signals: [UnixSignal] = [.sigterm, .sigint], onListening: @escaping @Sendable (String) async -> Void = { _ in }) async throws {
+        let gc = GarbageCollector(service: service)
+        try await gc.sweepOrphans()
+        let app = makeApplication(onListening: onListening)
+        let group = ServiceGroup(
+            configuration: .init(services: [.init(service: app), .init(service: gc)], gracefulShutdownSignals: signals, logger: service.logger))
+        self.group.withLock { $0 = group }
+        do {
+            try await group.run()
+        } catch {
+            try? await http.shutdown()
+            throw error
+        }
+        try? await http.shutdown()
+    }
+
+    /// Starts a graceful shutdown: stop accepting connections, finish the requests in flight, return from `run`.
+    public func shutdown() async {
+        await group.withLock { $0 }?.triggerGracefulShutdown()
+    }
+
+    /// One pass of the garbage collector, now (it also runs on its own every `gcInterval`).
+    @discardableResult
+    public func collectGarbage(now: Int64? = nil) async throws -> (uploads: Int, blobs: Int) {
+        try await GarbageCollector(service: service).runOnce(now: now ?? Timestamp.nowNanoseconds())
+    }
+
+    func makeApplication(onListening: @escaping @Sendable (String) async -> Void) -> some ApplicationProtocol {
+        let router = Router()
+        router.add(middleware: MetricsMiddleware(metrics: service.metrics))
+        router.add(middleware: ErrorMiddleware())
+        router.add(middleware: LogRequestsMiddleware(.debug))
+        service.addUploadRoutes(to: router)
+        service.addFileRoutes(to: router)
+        service.addNamespaceRoutes(to: router)
+        service.addDownloadRoutes(to: router)
+        service.addTusRoutes(to: router)
+        service.addFormRoutes(to: router)
+        service.addCopyRoutes(to: router, http: http)
+        let config = service.config
+        return Application(
+            router: router,
+            configuration: ApplicationConfiguration(address: .hostname(config.host, port: config.port), serverName: "stowd"),
+            onServerRunning: { channel in
+                let port = channel.localAddress?.port ?? config.port
+                let host = config.host.contains(":") ? "[\(config.host)]" : config.host
+                await onListening("http://\(host):\(port)")
+            },
+            logger: service.logger)
+    }
+
+    static func loadOrCreateSecret(at path: String) throws -> Data {
+        if let data = FileManager.default.contents(atPath: path), data.count >= 32 { return data }
+        var rng = SystemRandomNumberGenerator()
+        let secret = Data((0..<32).map { _ in UInt8.random(in: 0...255, using: &rng) })
+        let tmp = path + ".tmp"
+        guard FileManager.default.createFile(atPath: tmp, contents: secret, attributes: [.posixPermissions: 0o600]) else {
+            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: tmp])
+        }
+        try Posix.fsync(path: tmp)
+        try Posix.rename(tmp, path)
+        try Posix.fsyncDirectory((path as NSString).deletingLastPathComponent)
+        return secret
+    }
+}
+
+/// Counts answers by route and status, and times them.
+struct MetricsMiddleware<Context: RequestContext>: RouterMiddleware {
+    let metrics: ServerMetrics
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        let start = ContinuousClock.now
+        let response = try await next(request, context)
+        metrics.requestDuration.record(ContinuousClock.now - start)
+        metrics.countRequest(method: request.method.rawValue, route: context.endpointPath ?? "unmatched", status: response.status.code)
+        return response
+    }
+}

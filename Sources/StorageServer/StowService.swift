@@ -1,0 +1,180 @@
+import Crypto
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import NIOCore
+import StorageProtocol
+
+/// The state every route shares: stores, signer, tokens, metrics, uploads in progress.
+final class StowService: Sendable {
+    let config: ServerConfiguration
+    let store: any MetadataStore
+    let blobs: any BlobStore
+    let signer: URLSigner
+    let metrics = ServerMetrics()
+    let activeUploads = ActiveUploads()
+    let copies: CopyTasks
+    let logger: Logger
+
+    init(config: ServerConfiguration, store: any MetadataStore, blobs: any BlobStore, signer: URLSigner, logger: Logger) {
+        self.config = config
+        self.store = store
+        self.blobs = blobs
+        self.signer = signer
+        self.logger = logger
+        self.copies = CopyTasks()
+    }
+
+    // MARK: - Auth
+
+    /// The bearer token of a request, if any.
+    func bearerToken(_ request: Request) -> String? {
+        guard let value = request.headers[.authorization] else { return nil }
+        let parts = value.split(separator: " ", maxSplits: 1)
+        guard parts.count == 2, parts[0].lowercased() == "bearer" else { return nil }
+        return String(parts[1]).trimmingCharacters(in: .whitespaces)
+    }
+
+    /// Checks that the request's token has `needed` on `namespace`: 401 without a known token, 403 without the permission.
+    func authorize(_ request: Request, _ namespace: String, _ needed: Permission) throws {
+        guard let token = bearerToken(request) else {
+            throw APIError(.unauthorized, .unauthorized, "this request needs `Authorization: Bearer <token>`", headers: [.wwwAuthenticate: "Bearer"])
+        }
+        guard config.tokens.isKnown(token) else {
+            throw APIError(.unauthorized, .unauthorized, "the token is not known to this server", headers: [.wwwAuthenticate: "Bearer"])
+        }
+        guard let has = config.tokens.permission(token: token, namespace: namespace), has >= needed else {
+            throw APIError(.forbidden, .forbidden, "the token does not grant \(needed) on namespace `\(namespace)`")
+        }
+    }
+
+    /// The permission the request's token has on a namespace, without throwing.
+    func permission(_ request: Request, _ namespace: String) -> Permission? {
+        bearerToken(request).flatMap { config.tokens.permission(token: $0, namespace: namespace) }
+    }
+
+    // MARK: - Request helpers
+
+    /// Decodes a JSON body of at most `maxJSONBody` bytes.
+    func decode<T: Decodable>(_ type: T.Type, from request: Request) async throws -> T {
+        var request = request
+        let buffer: ByteBuffer
+        do {
+            buffer = try await request.collectBody(upTo: config.maxJSONBody)
+        } catch {
+            throw APIError(.contentTooLarge, .payloadTooLarge, "the JSON body is larger than \(config.maxJSONBody) bytes")
+        }
+        guard buffer.readableBytes > 0 else { throw APIError.badRequest("the request needs a JSON body") }
+        do {
+            return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView))
+        } catch let e as DecodingError {
+            throw APIError.badRequest("malformed JSON body: \(APIError.describe(e))")
+        }
+    }
+
+    /// Decodes an optional JSON body: an empty body gives nil.
+    func decodeIfPresent<T: Decodable>(_ type: T.Type, from request: Request) async throws -> T? {
+        var request = request
+        let buffer = try await request.collectBody(upTo: config.maxJSONBody)
+        guard buffer.readableBytes > 0 else { return nil }
+        do {
+            return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView))
+        } catch let e as DecodingError {
+            throw APIError.badRequest("malformed JSON body: \(APIError.describe(e))")
+        }
+    }
+
+    func json(_ value: some Encodable, status: HTTPResponse.Status = .ok, headers: HTTPFields = [:]) -> Response {
+        var headers = headers
+        headers[.contentType] = "application/json; charset=utf-8"
+        headers[.cacheControl] = "no-store"
+        return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: WireJSON.encode(value))))
+    }
+
+    /// The namespace named by the `:ns` route parameter.
+    func namespace(_ context: some RequestContext) throws -> Namespace {
+        let raw = context.parameters.get("ns") ?? ""
+        return try Namespace(PathEncoding.decode(raw) ?? raw)
+    }
+
+    /// The storage path after a route's fixed prefix, percent-decoded and validated.
+    ///
+    /// Taken from the raw request path (not the router's split) so that `//`, `.` and `..`
+    /// segments are seen and refused rather than normalised away.
+    func path(_ request: Request, after fixedSegments: Int, allowRoot: Bool = false, allowTrailingSlash: Bool = false) throws -> StoragePath {
+        var segments = request.uri.path.split(separator: "/", omittingEmptySubsequences: false).dropFirst(1 + fixedSegments)
+        if allowTrailingSlash, segments.count > 1, segments.last == "" { segments = segments.dropLast() }
+        if segments.isEmpty || segments == [""] {
+            if allowRoot { return .root }
+            throw NameError.emptyPath
+        }
+        var names: [String] = []
+        for s in segments {
+            guard let name = PathEncoding.decode(s) else { throw APIError(.badRequest, .invalidPath, "bad percent-encoding in `\(s)`") }
+            names.append(name)
+        }
+        return try StoragePath(segments: names)
+    }
+
+    /// The base URL for links in answers.
+    func baseURL(_ request: Request) -> String {
+        if let configured = config.publicURL { return configured.hasSuffix("/") ? String(configured.dropLast()) : configured }
+        let host = request.head.authority ?? "\(config.host):\(config.port)"
+        return "http://\(host)"
+    }
+
+    /// A file record of a node, as answered to clients.
+    func record(_ node: Node, base: String) -> FileRecord {
+        let i = node.inode
+        let relative = Routes.cdn(node.namespace, node.path)
+        return FileRecord(
+            id: String(repeating: "0", count: max(0, 24 - String(i.ino, radix: 16).count)) + String(i.ino, radix: 16),
+            fileName: node.path.name, filePath: node.path.string,
+            contentType: i.contentType ?? (i.kind == .directory ? "inode/directory" : ContentTypes.fallback),
+            namespace: node.namespace.name, size: i.size,
+            cdn: CDNLink(url: base + relative, absoluteUrl: base + relative, relativeUrl: relative),
+            tags: i.tags, createdOn: Timestamp.iso8601(nanoseconds: i.btimeNs), modifiedOn: Timestamp.iso8601(nanoseconds: i.mtimeNs),
+            etag: i.etag, sha256: i.sha256, metadata: i.metadata, isPublic: i.isPublic, kind: i.kind, inode: i.ino, mode: i.mode,
+            uid: i.uid, gid: i.gid, nlink: i.nlink, atimeNs: i.atimeNs, mtimeNs: i.mtimeNs, ctimeNs: i.ctimeNs, target: i.target,
+            rdev: i.rdev)
+    }
+
+    // MARK: - Validation of user-given attributes
+
+    func validate(tags: [String]?) throws {
+        guard let tags else { return }
+        guard tags.count <= 64 else { throw APIError.badRequest("at most 64 tags per file") }
+        for t in tags {
+            let n = t.utf8.count
+            guard n >= 1, n <= 128, !t.contains(","), !t.utf8.contains(where: { $0 < 0x20 }) else {
+                throw APIError.badRequest("tag `\(t)` is not valid: 1–128 bytes, no commas or control characters")
+            }
+        }
+    }
+
+    func validate(metadata: [String: String]?) throws {
+        guard let metadata else { return }
+        guard metadata.count <= 256 else { throw APIError.badRequest("at most 256 metadata keys per file") }
+        for (k, v) in metadata {
+            guard (1...200).contains(k.utf8.count), !k.utf8.contains(where: { $0 < 0x21 || $0 == 0x7f }) else {
+                throw APIError.badRequest("metadata key `\(k)` is not valid: 1–200 bytes, no spaces or control characters")
+            }
+            guard v.utf8.count <= 65536, !v.utf8.contains(0) else {
+                throw APIError.badRequest("metadata value of `\(k)` is not valid: at most 64 KiB, no NUL")
+            }
+        }
+    }
+
+    func validate(contentType: String?) throws {
+        if let ct = contentType, !ContentTypes.isValid(ct) {
+            throw APIError.badRequest("content type `\(ct)` is not valid: use `type/subtype`")
+        }
+    }
+
+    /// A new random id (upload ids double as blob ids): 128 bits, hex.
+    static func newID() -> String {
+        var rng = SystemRandomNumberGenerator()
+        return (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &rng)) }.joined()
+    }
+}

@@ -1,0 +1,89 @@
+import ArgumentParser
+import Foundation
+import Logging
+import StorageProtocol
+import StorageServer
+
+@main
+struct Stowd: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "stowd",
+        abstract: "The StowFS storage service: namespaces of files over HTTP, with signed upload and download links.",
+        discussion: """
+            Metadata lives in SQLite and file contents in a local folder, both under --data-dir.
+            The first line of standard output is the URL the server listens on (useful with --port 0).
+
+            Tokens: --token-file FILE with one `token namespace-glob permission` per line
+            (permission: read, write or admin), or STOWD_TOKEN for one admin token on every
+            namespace. With neither, an admin token is generated once into <data-dir>/admin.token.
+            """)
+
+    @Option(help: "Folder for the database, the file contents and the signing secret.")
+    var dataDir: String = Stowd.defaultDataDirectory()
+
+    @Option(help: "Address to listen on.")
+    var host: String = "127.0.0.1"
+
+    @Option(help: "Port to listen on; 0 picks a free one.")
+    var port: Int = 8420
+
+    @Option(help: "Token file: one `token namespace-glob permission` per line.")
+    var tokenFile: String?
+
+    @Option(help: "Base URL put into links, when clients reach the server under another name (e.g. behind a proxy).")
+    var publicURL: String?
+
+    @Option(help: "Largest upload accepted (e.g. 5G, 1T).")
+    var maxUploadSize: String = "1T"
+
+    @Option(help: "Seconds a storage (upload) link stays valid.")
+    var uploadLinkLifetime: Int64 = 1800
+
+    @Option(help: "Seconds between garbage-collection passes.")
+    var gcInterval: Int = 60
+
+    @Option(help: "A host that uploads/copy may fetch from (repeatable; none by default).")
+    var copyAllowHost: [String] = []
+
+    @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
+    var logLevel: String = "info"
+
+    static func defaultDataDirectory() -> String {
+        let env = ProcessInfo.processInfo.environment
+        let base = env["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? (NSHomeDirectory() + "/.local/share")
+        return base + "/stowfs/stowd"
+    }
+
+    func validate() throws {
+        guard (0...65535).contains(port) else { throw ValidationError("--port must be between 0 and 65535") }
+        guard ByteSize.parse(maxUploadSize) != nil else { throw ValidationError("--max-upload-size: `\(maxUploadSize)` is not a size (try 5G)") }
+        guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level: `\(logLevel)` is not a level") }
+        guard uploadLinkLifetime > 0, gcInterval > 0 else { throw ValidationError("--upload-link-lifetime and --gc-interval must be positive") }
+    }
+
+    func run() async throws {
+        let level = Logger.Level(rawValue: logLevel) ?? .info
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let logger = Logger(label: "stowd")
+        let (tokens, source) = try TokenStore.resolve(tokenFile: tokenFile, environment: ProcessInfo.processInfo.environment, dataDirectory: dataDir)
+        var config = ServerConfiguration(dataDirectory: dataDir, tokens: tokens)
+        config.host = host
+        config.port = port
+        config.publicURL = publicURL
+        config.maxUploadSize = ByteSize.parse(maxUploadSize) ?? config.maxUploadSize
+        config.uploadLinkLifetime = uploadLinkLifetime
+        config.gcInterval = .seconds(gcInterval)
+        config.copyAllowedHosts = copyAllowHost
+        let server = try StowServer(configuration: config, logger: logger)
+        logger.info("data in \(dataDir); \(source)")
+        try await server.run { url in
+            FileHandle.standardOutput.write(Data((url + "\n").utf8))
+            logger.info("listening on \(url)")
+        }
+        logger.info("stopped")
+    }
+}

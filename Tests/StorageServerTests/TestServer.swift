@@ -1,0 +1,151 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOCore
+import NIOFoundationCompat
+import StorageClient
+import StorageProtocol
+import StorageServer
+import Synchronization
+import Testing
+
+/// A real `stowd` (in this process) on a loopback port, with its own data directory, an admin
+/// token, a reader and a writer token, and clients. Use `withServer`, which always stops it.
+struct TestServer: Sendable {
+    let url: String
+    let dataDirectory: String
+    let server: StowServer
+    let admin: HTTPObjectStore
+    let raw: RawHTTP
+    static let adminToken = "admin-token-0001"
+    static let writerToken = "writer-token-0001"
+    static let readerToken = "reader-token-0001"
+
+    func client(token: String?) -> HTTPObjectStore {
+        var c = HTTPObjectStore.Configuration(endpoint: url, token: token)
+        c.retry = RetryPolicy(attempts: 2, baseDelay: .milliseconds(20))
+        return HTTPObjectStore(configuration: c)
+    }
+
+    /// Number of files in the blob folder (to check that failures leave nothing behind).
+    func blobFileCount() -> Int {
+        let dir = dataDirectory + "/blobs"
+        let shards = (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []
+        return shards.reduce(0) { $0 + ((try? FileManager.default.contentsOfDirectory(atPath: dir + "/" + $1).count) ?? 0) }
+    }
+
+    func stagedFileCount() -> Int {
+        (try? FileManager.default.contentsOfDirectory(atPath: dataDirectory + "/uploads").count) ?? 0
+    }
+}
+
+func makeTempDirectory(_ label: String) -> String {
+    let path = FileManager.default.temporaryDirectory.path + "/stow-\(label)-\(UUID().uuidString.prefix(8))"
+    try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    return path
+}
+
+/// Runs `body` against a fresh server and namespace `test`; stops the server and removes its data even when `body` throws.
+func withServer(
+    configure: (inout ServerConfiguration) -> Void = { _ in }, _ body: (TestServer) async throws -> Void
+) async throws {
+    let dir = makeTempDirectory("server")
+    defer { try? FileManager.default.removeItem(atPath: dir) }
+    var tokens = TokenStore()
+    tokens.add(token: TestServer.adminToken, pattern: "*", permission: .admin)
+    tokens.add(token: TestServer.writerToken, pattern: "test*", permission: .write)
+    tokens.add(token: TestServer.readerToken, pattern: "test", permission: .read)
+    var config = ServerConfiguration(dataDirectory: dir, tokens: tokens)
+    config.port = 0
+    configure(&config)
+    var logger = Logger(label: "stowd-test")
+    logger.logLevel = .warning
+    let server = try StowServer(configuration: config, logger: logger)
+    let (urls, continuation) = AsyncStream.makeStream(of: String.self)
+    let task = Task { try await server.run(signals: []) { url in continuation.yield(url) } }
+    var iterator = urls.makeAsyncIterator()
+    guard let url = await iterator.next() else {
+        task.cancel()
+        throw StorageError(.unavailable, "server did not start")
+    }
+    var c = HTTPObjectStore.Configuration(endpoint: url, token: TestServer.adminToken)
+    c.retry = RetryPolicy(attempts: 2, baseDelay: .milliseconds(20))
+    let admin = HTTPObjectStore(configuration: c)
+    let raw = RawHTTP(base: url)
+    let test = TestServer(url: url, dataDirectory: dir, server: server, admin: admin, raw: raw)
+    var failure: (any Error)?
+    do {
+        _ = try await admin.createNamespace(try Namespace("test"))
+        try await body(test)
+    } catch {
+        failure = error
+    }
+    try? await admin.shutdown()
+    try? await raw.shutdown()
+    await server.shutdown()
+    _ = try? await task.value
+    if let failure { throw failure }
+}
+
+/// Raw HTTP requests, where the protocol's details are what a test checks.
+final class RawHTTP: Sendable {
+    let base: String
+    let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: .init(redirectConfiguration: .disallow))
+
+    init(base: String) { self.base = base }
+
+    struct Answer: Sendable {
+        var status: Int
+        var headers: [(String, String)]
+        var body: Data
+        func header(_ name: String) -> String? { headers.first { $0.0.lowercased() == name.lowercased() }?.1 }
+        var text: String { String(decoding: body, as: UTF8.self) }
+        var error: ErrorBody? { try? JSONDecoder().decode(ErrorBody.self, from: body) }
+        func json<T: Decodable>(_ type: T.Type) throws -> T { try JSONDecoder().decode(T.self, from: body) }
+    }
+
+    /// `path` may be absolute (`http://…`) or relative to the server.
+    func send(_ method: String, _ path: String, token: String? = TestServer.adminToken, headers: [(String, String)] = [], body: Data? = nil) async throws -> Answer {
+        var request = HTTPClientRequest(url: path.hasPrefix("http") ? path : base + path)
+        request.method = .init(rawValue: method)
+        if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
+        for (k, v) in headers { request.headers.add(name: k, value: v) }
+        if let body { request.body = .bytes(ByteBuffer(data: body)) }
+        let response = try await client.execute(request, timeout: .seconds(60))
+        let bytes = try await response.body.collect(upTo: 256 << 20)
+        return Answer(status: Int(response.status.code), headers: response.headers.map { ($0.name, $0.value) }, body: Data(bytes.readableBytesView))
+    }
+
+    func json(_ method: String, _ path: String, _ object: some Encodable, token: String? = TestServer.adminToken) async throws -> Answer {
+        try await send(method, path, token: token, headers: [("Content-Type", "application/json")], body: WireJSON.encode(object))
+    }
+
+    func shutdown() async throws { try await client.shutdown() }
+}
+
+let testNamespace = try! Namespace("test")
+
+func path(_ s: String) -> StoragePath { try! StoragePath(s) }
+
+func randomBytes(_ n: Int, seed: UInt64 = 42) -> [UInt8] {
+    var state = seed &* 6364136223846793005 &+ 1442695040888963407
+    var out = [UInt8](repeating: 0, count: n)
+    for i in 0..<n {
+        state = state &* 6364136223846793005 &+ 1442695040888963407
+        out[i] = UInt8(truncatingIfNeeded: state >> 33)
+    }
+    return out
+}
+
+extension HTTPObjectStore {
+    /// Uploads bytes and returns the record.
+    func put(_ bytes: [UInt8], _ p: String, options: UploadOptions = UploadOptions()) async throws -> FileRecord {
+        try await upload(.bytes(ByteBuffer(bytes: bytes)), size: Int64(bytes.count), to: testNamespace, path(p), options: options)
+    }
+
+    /// The whole content of a file, through a signed URL.
+    func get(_ p: String) async throws -> [UInt8] {
+        let url = try await signedURLs(testNamespace, [path(p)], expiry: 60)[0].signedUrl
+        return Array(try await read(url: url, range: nil, ifMatch: nil).bytes.readableBytesView)
+    }
+}

@@ -1,0 +1,162 @@
+import Crypto
+import Foundation
+import NIOCore
+import StorageClient
+import StorageProtocol
+import Synchronization
+import Testing
+
+@Suite("uploads: start → PUT → complete")
+struct UploadTests {
+    @Test("a file uploaded through the client reads back byte for byte, with its SHA-256 and inferred type")
+    func roundTrip() async throws {
+        try await withServer { s in
+            let bytes = randomBytes(300_000)
+            let record = try await s.admin.put(bytes, "docs/report.pdf")
+            #expect(record.size == 300_000)
+            #expect(record.filePath == "docs/report.pdf")
+            #expect(record.fileName == "report.pdf")
+            #expect(record.contentType == "application/pdf")
+            #expect(record.sha256 == SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined())
+            #expect(try await s.admin.get("docs/report.pdf") == bytes)
+            let folder = try await s.admin.record(testNamespace, path("docs"))
+            #expect(folder.kind == .directory)
+        }
+    }
+
+    @Test("an empty file can be uploaded without sending any bytes")
+    func emptyFile() async throws {
+        try await withServer { s in
+            let record = try await s.admin.put([], "empty")
+            #expect(record.size == 0)
+            #expect(record.contentType == "application/octet-stream")
+            #expect(try await s.admin.get("empty") == [])
+        }
+    }
+
+    @Test("large files go in resumable chunks and arrive whole")
+    func chunked() async throws {
+        try await withServer { s in
+            let bytes = randomBytes(1_000_000, seed: 7)
+            let ticks = ProgressLog()
+            let record = try await s.admin.upload(
+                .bytes(ByteBuffer(bytes: bytes)), size: Int64(bytes.count), to: testNamespace, path("big.bin"),
+                options: UploadOptions(chunkSize: 300_000), progress: { sent, total in ticks.add(sent, total) })
+            #expect(record.size == 1_000_000)
+            #expect(try await s.admin.get("big.bin") == bytes)
+            #expect(ticks.last == 1_000_000)
+            #expect(ticks.count >= 4)
+        }
+    }
+
+    @Test("an upload from a local file streams from disk")
+    func fromFile() async throws {
+        try await withServer { s in
+            let dir = makeTempDirectory("src")
+            defer { try? FileManager.default.removeItem(atPath: dir) }
+            let bytes = randomBytes(2_500_000, seed: 3)
+            _ = FileManager.default.createFile(atPath: dir + "/f", contents: Data(bytes))
+            let record = try await s.admin.upload(.file(path: dir + "/f"), size: Int64(bytes.count), to: testNamespace, path("f.bin"), options: UploadOptions(chunkSize: 1 << 20))
+            #expect(record.size == Int64(bytes.count))
+            #expect(try await s.admin.get("f.bin") == bytes)
+        }
+    }
+
+    @Test("the v1.0 routes with a trailing slash work as the Fynd SDK calls them")
+    func v1Aliases() async throws {
+        try await withServer { s in
+            let start = try await s.raw.json(
+                "POST", Routes.startUploadV1(testNamespace), StartUploadRequest(fileName: "v1/hello.txt", size: 5, tags: ["x"]))
+            #expect(start.status == 200)
+            let session = try start.json(StartUploadResponse.self)
+            #expect(session.method == "PUT")
+            #expect(session.tags == ["x"])
+            let put = try await s.raw.send("PUT", session.upload.url, token: nil, body: Data("hello".utf8))
+            #expect(put.status == 200)
+            let done = try await s.raw.json("POST", Routes.completeUploadV1(testNamespace), session)
+            #expect(done.status == 200)
+            let record = try done.json(FileRecord.self)
+            #expect(record.success)
+            #expect(record.tags == ["x"])
+            #expect(try await s.admin.get("v1/hello.txt") == Array("hello".utf8))
+        }
+    }
+
+    @Test("complete is idempotent: a retried complete answers the same record")
+    func completeTwice() async throws {
+        try await withServer { s in
+            let session = try await s.admin.startUpload(testNamespace, StartUploadRequest(fileName: "twice", size: 3))
+            _ = try await s.admin.send(session, from: .bytes(ByteBuffer(bytes: [1, 2, 3])), offset: 0, end: 3, progress: nil)
+            let first = try await s.admin.completeUpload(session)
+            let second = try await s.admin.completeUpload(session)
+            #expect(first.inode == second.inode)
+            #expect(first.etag == second.etag)
+        }
+    }
+
+    @Test("an overwrite swaps the content at complete: readers see the old file until then, the new one after")
+    func overwrite() async throws {
+        try await withServer { s in
+            let old = try await s.admin.put(Array("old".utf8), "f.txt")
+            let session = try await s.admin.startUpload(testNamespace, StartUploadRequest(fileName: "f.txt", size: 3))
+            _ = try await s.admin.send(session, from: .bytes(ByteBuffer(string: "new")), offset: 0, end: 3, progress: nil)
+            #expect(try await s.admin.get("f.txt") == Array("old".utf8))
+            let new = try await s.admin.completeUpload(session)
+            #expect(try await s.admin.get("f.txt") == Array("new".utf8))
+            #expect(new.inode == old.inode)
+            #expect(new.etag != old.etag)
+            // A read pinned to the old ETag is refused rather than mixed.
+            let url = try await s.admin.signedURLs(testNamespace, [path("f.txt")], expiry: 60)[0].signedUrl
+            await #expect(throws: StorageError.self) { try await s.admin.read(url: url, range: 0..<1, ifMatch: old.etag) }
+        }
+    }
+
+    @Test("if_none_match * creates only; if_match guards an overwrite")
+    func conditionalUploads() async throws {
+        try await withServer { s in
+            let first = try await s.admin.put(Array("1".utf8), "c")
+            let createOnly = UploadOptions(params: UploadParams(ifNoneMatch: "*"))
+            let e1 = await #expect(throws: StorageError.self) { try await s.admin.put(Array("2".utf8), "c", options: createOnly) }
+            #expect(e1?.kind == .preconditionFailed)
+            let stale = UploadOptions(params: UploadParams(ifMatch: "not-the-etag"))
+            let e2 = await #expect(throws: StorageError.self) { try await s.admin.put(Array("3".utf8), "c", options: stale) }
+            #expect(e2?.kind == .preconditionFailed)
+            _ = try await s.admin.put(Array("4".utf8), "c", options: UploadOptions(params: UploadParams(ifMatch: first.etag)))
+            #expect(try await s.admin.get("c") == Array("4".utf8))
+        }
+    }
+
+    @Test("tags, metadata, content type and public are kept from the upload")
+    func attributes() async throws {
+        try await withServer { s in
+            let options = UploadOptions(contentType: "text/x-custom", tags: ["a", "b"], params: UploadParams(metadata: ["k": "v"], isPublic: true))
+            let r = try await s.admin.put(Array("x".utf8), "attrs", options: options)
+            #expect(r.tags == ["a", "b"])
+            #expect(r.metadata == ["k": "v"])
+            #expect(r.contentType == "text/x-custom")
+            #expect(r.isPublic)
+            let cdn = try await s.raw.send("GET", r.cdn.relativeUrl, token: nil)
+            #expect(cdn.status == 200)
+            #expect(cdn.text == "x")
+        }
+    }
+
+    @Test("a sha256 given at start is checked at complete; a mismatch publishes nothing")
+    func expectedDigest() async throws {
+        try await withServer { s in
+            let wrong = UploadOptions(params: UploadParams(sha256: String(repeating: "0", count: 64)), retry: .none)
+            let e = await #expect(throws: StorageError.self) { try await s.admin.put(Array("data".utf8), "d", options: wrong) }
+            #expect(e?.kind == .checksumMismatch)
+            await #expect(throws: StorageError.self) { try await s.admin.record(testNamespace, path("d")) }
+            let right = SHA256.hash(data: Array("data".utf8)).map { String(format: "%02x", $0) }.joined()
+            _ = try await s.admin.put(Array("data".utf8), "d", options: UploadOptions(params: UploadParams(sha256: right)))
+        }
+    }
+}
+
+final class ProgressLog: Sendable {
+    private let state = Mutex<[Int64]>([])
+    func add(_ sent: Int64, _ total: Int64) { state.withLock { $0.append(sent) } }
+    var last: Int64? { state.withLock { $0.last } }
+    var count: Int { state.withLock { $0.count } }
+}

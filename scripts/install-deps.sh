@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the Debian packages StowFS needs to build, test and run, when they are missing.
+# As root it runs apt-get; otherwise it prints the command to run and fails.
+set -euo pipefail
+
+packages=(libfuse3-dev fuse3 libsqlite3-dev pkg-config attr rsync curl)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "StowFS needs these Debian packages: ${missing[*]}" >&2
+    echo "Install them with:  sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+fi
+echo "installing ${missing[*]} ..." >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q "${missing[@]}" >/dev/null; }
