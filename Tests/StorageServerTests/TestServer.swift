@@ -105,12 +105,16 @@ final class RawHTTP: Sendable {
     }
 
     /// `path` may be absolute (`http://…`) or relative to the server.
-    func send(_ method: String, _ path: String, token: String? = TestServer.adminToken, headers: [(String, String)] = [], body: Data? = nil) async throws -> Answer {
+    func send(
+        _ method: String, _ path: String, token: String? = TestServer.adminToken, headers: [(String, String)] = [], body: Data? = nil, chunked: Bool = false
+    ) async throws -> Answer {
         var request = HTTPClientRequest(url: path.hasPrefix("http") ? path : base + path)
         request.method = .init(rawValue: method)
         if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
         for (k, v) in headers { request.headers.add(name: k, value: v) }
-        if let body { request.body = .bytes(ByteBuffer(data: body)) }
+        if let body {
+            request.body = chunked ? .stream([ByteBuffer(data: body)].async, length: .unknown) : .bytes(ByteBuffer(data: body))
+        }
         let response = try await client.execute(request, timeout: .seconds(60))
         let bytes = try await response.body.collect(upTo: 256 << 20)
         return Answer(status: Int(response.status.code), headers: response.headers.map { ($0.name, $0.value) }, body: Data(bytes.readableBytesView))
@@ -147,5 +151,15 @@ extension HTTPObjectStore {
     func get(_ p: String) async throws -> [UInt8] {
         let url = try await signedURLs(testNamespace, [path(p)], expiry: 60)[0].signedUrl
         return Array(try await read(url: url, range: nil, ifMatch: nil).bytes.readableBytesView)
+    }
+}
+
+extension Array where Element: Sendable {
+    /// The elements as an async sequence.
+    var async: AsyncStream<Element> {
+        AsyncStream { c in
+            for e in self { c.yield(e) }
+            c.finish()
+        }
     }
 }

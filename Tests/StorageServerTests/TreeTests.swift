@@ -1,0 +1,271 @@
+import Foundation
+import NIOCore
+import StorageClient
+import StorageProtocol
+import Testing
+
+@Suite("folders, rename, delete, metadata, browse")
+struct TreeTests {
+    @Test("folders exist empty, list with their parents, and go only when empty")
+    func folders() async throws {
+        try await withServer { s in
+            let made = try await s.admin.makeFolder(testNamespace, path("a/b/c"), FolderRequest())
+            #expect(made.kind == .directory)
+            #expect(try await s.admin.record(testNamespace, path("a/b")).kind == .directory)
+            let listing = try await s.admin.listAll(testNamespace, folder: path("a/b"))
+            #expect(listing.map(\.fileName) == ["c"])
+            _ = try await s.admin.put(Array("x".utf8), "a/b/c/f")
+            let e = await #expect(throws: StorageError.self) { try await s.admin.removeFolder(testNamespace, path("a/b/c")) }
+            #expect(e?.kind == .notEmpty)
+            #expect(e?.status == 409)
+            try await s.admin.delete(testNamespace, path("a/b/c/f"), ifMatch: nil)
+            try await s.admin.removeFolder(testNamespace, path("a/b/c"))
+            let gone = await #expect(throws: StorageError.self) { try await s.admin.record(testNamespace, path("a/b/c")) }
+            #expect(gone?.kind == .notFound)
+        }
+    }
+
+    @Test("mkdir without exist_ok on an existing folder is refused")
+    func mkdirExists() async throws {
+        try await withServer { s in
+            _ = try await s.admin.makeFolder(testNamespace, path("d"), FolderRequest())
+            let e = await #expect(throws: StorageError.self) {
+                try await s.admin.makeFolder(testNamespace, path("d"), FolderRequest(parents: false, existOk: false))
+            }
+            #expect(e?.kind == .exists)
+            let noParent = await #expect(throws: StorageError.self) {
+                try await s.admin.makeFolder(testNamespace, path("x/y"), FolderRequest(parents: false))
+            }
+            #expect(noParent?.kind == .notFound)
+        }
+    }
+
+    @Test("rename into a folder that does not exist is refused and changes nothing")
+    func renameMissingParent() async throws {
+        try await withServer { s in
+            _ = try await s.admin.put(Array("content".utf8), "old.txt")
+            let e = await #expect(throws: StorageError.self) {
+                try await s.admin.rename(testNamespace, from: path("old.txt"), to: path("sub/new.txt"), replace: false, exchange: false)
+            }
+            #expect(e?.kind == .notFound)
+            #expect(try await s.admin.get("old.txt") == Array("content".utf8))
+        }
+    }
+
+    @Test("rename moves files and whole folders in one step")
+    func renameTree() async throws {
+        try await withServer { s in
+            let before = try await s.admin.put(Array("content".utf8), "src/deep/f.txt")
+            _ = try await s.admin.makeFolder(testNamespace, path("dst"), FolderRequest())
+            let moved = try await s.admin.rename(testNamespace, from: path("src"), to: path("dst/moved"), replace: false, exchange: false)
+            #expect(moved.kind == .directory)
+            let f = try await s.admin.record(testNamespace, path("dst/moved/deep/f.txt"))
+            #expect(f.inode == before.inode)
+            #expect(try await s.admin.get("dst/moved/deep/f.txt") == Array("content".utf8))
+            await #expect(throws: StorageError.self) { try await s.admin.record(testNamespace, path("src")) }
+            let file = try await s.admin.rename(testNamespace, from: path("dst/moved/deep/f.txt"), to: path("g.txt"), replace: false, exchange: false)
+            #expect(file.inode == before.inode)
+            #expect(file.filePath == "g.txt")
+        }
+    }
+
+    @Test("rename onto an existing file needs replace; with it, the target is replaced")
+    func renameReplace() async throws {
+        try await withServer { s in
+            _ = try await s.admin.put(Array("a".utf8), "a")
+            _ = try await s.admin.put(Array("b".utf8), "b")
+            let e = await #expect(throws: StorageError.self) {
+                try await s.admin.rename(testNamespace, from: path("a"), to: path("b"), replace: false, exchange: false)
+            }
+            #expect(e?.kind == .exists)
+            #expect(e?.status == 409)
+            #expect(try await s.admin.get("b") == Array("b".utf8))
+            _ = try await s.admin.rename(testNamespace, from: path("a"), to: path("b"), replace: true, exchange: false)
+            #expect(try await s.admin.get("b") == Array("a".utf8))
+            await #expect(throws: StorageError.self) { try await s.admin.record(testNamespace, path("a")) }
+        }
+    }
+
+    @Test("exchange swaps two names")
+    func exchange() async throws {
+        try await withServer { s in
+            _ = try await s.admin.put(Array("1".utf8), "x")
+            _ = try await s.admin.makeFolder(testNamespace, path("y"), FolderRequest())
+            _ = try await s.admin.rename(testNamespace, from: path("x"), to: path("y"), replace: false, exchange: true)
+            #expect(try await s.admin.record(testNamespace, path("x")).kind == .directory)
+            #expect(try await s.admin.get("y") == Array("1".utf8))
+        }
+    }
+
+    @Test("a folder cannot move into itself; a folder cannot replace a file or a non-empty folder")
+    func renameRefusals() async throws {
+        try await withServer { s in
+            _ = try await s.admin.makeFolder(testNamespace, path("p/q"), FolderRequest())
+            _ = try await s.admin.put(Array("f".utf8), "file")
+            _ = try await s.admin.put(Array("f".utf8), "full/x")
+            let into = await #expect(throws: StorageError.self) {
+                try await s.admin.rename(testNamespace, from: path("p"), to: path("p/q/p2"), replace: false, exchange: false)
+            }
+            #expect(into?.kind == .invalidRename)
+            #expect(into?.status == 400)
+            let ontoFile = await #expect(throws: StorageError.self) {
+                try await s.admin.rename(testNamespace, from: path("p"), to: path("file"), replace: true, exchange: false)
+            }
+            #expect(ontoFile?.kind == .notADirectory)
+            let ontoFull = await #expect(throws: StorageError.self) {
+                try await s.admin.rename(testNamespace, from: path("p"), to: path("full"), replace: true, exchange: false)
+            }
+            #expect(ontoFull?.kind == .notEmpty)
+            #expect(try await s.admin.record(testNamespace, path("p/q")).kind == .directory)
+        }
+    }
+
+    @Test("PATCH changes tags, metadata keys, content type, public, mode and times")
+    func patch() async throws {
+        try await withServer { s in
+            let r = try await s.admin.put(Array("x".utf8), "m.bin")
+            var changed = try await s.admin.update(
+                testNamespace, path("m.bin"),
+                FilePatch(tags: ["t1", "t2"], metadataSet: ["a": "1", "b": "2"], contentType: "image/png", isPublic: true, mode: 0o600, mtimeNs: 1_000_000_000_123),
+                ifMatch: nil)
+            #expect(changed.tags == ["t1", "t2"])
+            #expect(changed.metadata == ["a": "1", "b": "2"])
+            #expect(changed.contentType == "image/png")
+            #expect(changed.isPublic)
+            #expect(changed.mode == 0o600)
+            #expect(changed.mtimeNs == 1_000_000_000_123)
+            #expect(changed.etag == r.etag)
+            changed = try await s.admin.update(testNamespace, path("m.bin"), FilePatch(metadataRemove: ["a"]), ifMatch: r.etag)
+            #expect(changed.metadata == ["b": "2"])
+            let stale = await #expect(throws: StorageError.self) {
+                try await s.admin.update(testNamespace, path("m.bin"), FilePatch(tags: []), ifMatch: "stale")
+            }
+            #expect(stale?.kind == .preconditionFailed)
+            #expect(try await s.admin.record(testNamespace, path("m.bin")).tags == ["t1", "t2"])
+        }
+    }
+
+    @Test("PATCH size truncates and extends with zeros, as a new blob")
+    func truncate() async throws {
+        try await withServer { s in
+            let r = try await s.admin.put(Array("hello world".utf8), "t")
+            let cut = try await s.admin.update(testNamespace, path("t"), FilePatch(size: 5), ifMatch: nil)
+            #expect(cut.size == 5)
+            #expect(cut.etag != r.etag)
+            #expect(try await s.admin.get("t") == Array("hello".utf8))
+            _ = try await s.admin.update(testNamespace, path("t"), FilePatch(size: 8), ifMatch: nil)
+            #expect(try await s.admin.get("t") == Array("hello".utf8) + [0, 0, 0])
+            _ = try await s.admin.update(testNamespace, path("t"), FilePatch(size: 0), ifMatch: nil)
+            #expect(try await s.admin.get("t") == [])
+        }
+    }
+
+    @Test("deleting a file removes it; delete with a stale If-Match changes nothing")
+    func delete() async throws {
+        try await withServer { s in
+            _ = try await s.admin.put(Array("x".utf8), "gone")
+            let e = await #expect(throws: StorageError.self) { try await s.admin.delete(testNamespace, path("gone"), ifMatch: "nope") }
+            #expect(e?.kind == .preconditionFailed)
+            try await s.admin.delete(testNamespace, path("gone"), ifMatch: nil)
+            let missing = await #expect(throws: StorageError.self) { try await s.admin.delete(testNamespace, path("gone"), ifMatch: nil) }
+            #expect(missing?.kind == .notFound)
+        }
+    }
+
+    @Test("a folder of 2,500 files lists in a few round trips, in name order, nothing twice")
+    func pagination() async throws {
+        try await withServer { s in
+            // Fill through many concurrent small uploads.
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for batch in 0..<10 {
+                    group.addTask {
+                        for i in stride(from: batch, to: 2500, by: 10) {
+                            _ = try await s.admin.put([UInt8(i & 0xff)], String(format: "big/f%05d", i))
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            _ = try await s.admin.makeFolder(testNamespace, path("big/sub"), FolderRequest())
+            var pages = 0
+            var names: [String] = []
+            var after: String?
+            repeat {
+                let page = try await s.admin.list(testNamespace, folder: path("big"), after: after, limit: 1000)
+                names += page.entries.map(\.fileName)
+                after = page.next
+                pages += 1
+            } while after != nil
+            #expect(pages == 3)
+            #expect(names.count == 2501)
+            #expect(Set(names).count == 2501)
+            #expect(names == names.sorted())
+            #expect(names.contains("sub"))
+        }
+    }
+
+    @Test("browse: page numbers, search, prefix and recursive listing")
+    func browse() async throws {
+        try await withServer { s in
+            for name in ["a/one.txt", "a/two.txt", "a/b/three.txt", "c/four.jpg", "five.txt"] { _ = try await s.admin.put([1], name) }
+            let all = try await s.raw.send("GET", Routes.browse(testNamespace) + "?limit=2&page=2").json(BrowseResponse.self)
+            #expect(all.page.itemTotal == 5)
+            #expect(all.items.count == 2)
+            #expect(all.page.current == 2)
+            #expect(all.page.hasNext)
+            let search = try await s.raw.send("GET", Routes.browse(testNamespace) + "?search=T").json(BrowseResponse.self)
+            #expect(Set(search.items.map(\.filePath)) == ["a/one.txt", "a/two.txt", "a/b/three.txt", "five.txt"])
+            let level = try await s.raw.send("GET", Routes.browse(testNamespace) + "?prefix=a/&delimiter=/").json(BrowseResponse.self)
+            #expect(level.items.map(\.filePath) == ["a/one.txt", "a/two.txt"])
+            #expect(level.folders.map(\.filePath) == ["a/b"])
+            let partial = try await s.raw.send("GET", Routes.browse(testNamespace) + "?prefix=a/t&delimiter=/").json(BrowseResponse.self)
+            #expect(partial.items.map(\.filePath) == ["a/two.txt"])
+            let sub = try await s.raw.send("GET", Routes.browse(testNamespace) + "?prefix=a/").json(BrowseResponse.self)
+            #expect(sub.items.map(\.filePath) == ["a/b/three.txt", "a/one.txt", "a/two.txt"])
+            let bad = try await s.raw.send("GET", Routes.browse(testNamespace) + "?delimiter=x")
+            #expect(bad.status == 400)
+        }
+    }
+
+    @Test("namespaces: create, list by permission, delete only when empty unless recursive")
+    func namespaces() async throws {
+        try await withServer { s in
+            let other = try Namespace("other")
+            let created = try await s.raw.send("PUT", Routes.namespace(other))
+            #expect(created.status == 201)
+            #expect(try await s.raw.send("PUT", Routes.namespace(other)).status == 200)
+            let names = try await s.admin.namespaces().map(\.name)
+            #expect(names == ["other", "test"])
+            let reader = s.client(token: TestServer.readerToken)
+            #expect(try await reader.namespaces().map(\.name) == ["test"])
+            try? await reader.shutdown()
+            _ = try await s.admin.upload(.bytes(ByteBuffer(bytes: [1])), size: 1, to: other, path("f"))
+            let e = await #expect(throws: StorageError.self) { try await s.admin.deleteNamespace(other, recursive: false) }
+            #expect(e?.kind == .notEmpty)
+            try await s.admin.deleteNamespace(other, recursive: true)
+            #expect(try await s.admin.namespaces().map(\.name) == ["test"])
+        }
+    }
+
+    @Test("symlinks, special files and hard links are nodes with their kind")
+    func nodes() async throws {
+        try await withServer { s in
+            let link = try await s.admin.makeNode(testNamespace, path("l"), NodeRequest(kind: .symlink, target: "../x"))
+            #expect(link.kind == .symlink)
+            #expect(link.target == "../x")
+            #expect(link.size == 4)
+            let fifo = try await s.admin.makeNode(testNamespace, path("p"), NodeRequest(kind: .fifo, mode: 0o600))
+            #expect(fifo.kind == .fifo)
+            #expect(fifo.mode == 0o600)
+            let f = try await s.admin.put(Array("data".utf8), "f")
+            let hard = try await s.admin.link(testNamespace, from: path("f"), to: path("g"))
+            #expect(hard.inode == f.inode)
+            #expect(hard.nlink == 2)
+            try await s.admin.delete(testNamespace, path("f"), ifMatch: nil)
+            #expect(try await s.admin.get("g") == Array("data".utf8))
+            #expect(try await s.admin.record(testNamespace, path("g")).nlink == 1)
+            let dup = await #expect(throws: StorageError.self) { try await s.admin.makeNode(testNamespace, path("l"), NodeRequest(kind: .socket)) }
+            #expect(dup?.kind == .exists)
+        }
+    }
+}
