@@ -47,10 +47,10 @@ func makeTempDirectory(_ label: String) -> String {
 
 /// Runs `body` against a fresh server and namespace `test`; stops the server and removes its data even when `body` throws.
 func withServer(
-    configure: (inout ServerConfiguration) -> Void = { _ in }, _ body: (TestServer) async throws -> Void
+    dataDirectory: String? = nil, configure: (inout ServerConfiguration) -> Void = { _ in }, _ body: (TestServer) async throws -> Void
 ) async throws {
-    let dir = makeTempDirectory("server")
-    defer { try? FileManager.default.removeItem(atPath: dir) }
+    let dir = dataDirectory ?? makeTempDirectory("server")
+    defer { if dataDirectory == nil { try? FileManager.default.removeItem(atPath: dir) } }
     var tokens = TokenStore()
     tokens.add(token: TestServer.adminToken, pattern: "*", permission: .admin)
     tokens.add(token: TestServer.writerToken, pattern: "test*", permission: .write)
@@ -75,7 +75,7 @@ func withServer(
     let test = TestServer(url: url, dataDirectory: dir, server: server, admin: admin, raw: raw)
     var failure: (any Error)?
     do {
-        _ = try await admin.createNamespace(try Namespace("test"))
+        if try await admin.namespaces().isEmpty { _ = try await admin.createNamespace(try Namespace("test")) }
         try await body(test)
     } catch {
         failure = error

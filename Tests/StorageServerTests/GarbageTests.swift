@@ -1,0 +1,68 @@
+import Foundation
+import StorageClient
+import StorageProtocol
+import Testing
+
+@Suite("garbage collection")
+struct GarbageTests {
+    static let hour: Int64 = 3600 * 1_000_000_000
+
+    @Test("an upload started and never completed is deleted with its bytes once its link expired")
+    func abandoned() async throws {
+        try await withServer { s in
+            let session = try await s.admin.startUpload(testNamespace, StartUploadRequest(fileName: "never", size: 10))
+            _ = try await s.admin.send(session, from: .bytes(.init(string: "01234")), offset: 0, end: 5, progress: nil)
+            #expect(s.stagedFileCount() == 1)
+            // Not yet: the link is still valid.
+            #expect(try await s.server.collectGarbage().uploads == 0)
+            #expect(s.stagedFileCount() == 1)
+            let later = Timestamp.nowNanoseconds() + 2 * Self.hour
+            #expect(try await s.server.collectGarbage(now: later).uploads == 1)
+            #expect(s.stagedFileCount() == 0)
+            let head = try await s.raw.send("HEAD", session.upload.url, token: nil)
+            #expect(head.status == 404 || head.status == 403)
+            await #expect(throws: StorageError.self) { try await s.admin.record(testNamespace, path("never")) }
+        }
+    }
+
+    @Test("superseded and deleted blobs are removed after the grace period; live ones never")
+    func superseded() async throws {
+        try await withServer { s in
+            _ = try await s.admin.put(Array("v1".utf8), "f")
+            _ = try await s.admin.put(Array("v2".utf8), "f")
+            _ = try await s.admin.put(Array("x".utf8), "deleted")
+            try await s.admin.delete(testNamespace, path("deleted"), ifMatch: nil)
+            #expect(s.blobFileCount() == 3)
+            // Within the grace period, a read that already started may still need them.
+            #expect(try await s.server.collectGarbage().blobs == 0)
+            #expect(s.blobFileCount() == 3)
+            let later = Timestamp.nowNanoseconds() + 2 * Self.hour
+            let result = try await s.server.collectGarbage(now: later)
+            #expect(result.blobs == 2)
+            #expect(s.blobFileCount() == 1)
+            #expect(try await s.admin.get("f") == Array("v2".utf8))
+            // The completed uploads' records go too, but never their files.
+            #expect(result.uploads == 3)
+            #expect(try await s.admin.get("f") == Array("v2".utf8))
+        }
+    }
+
+    @Test("files a crash left in the data directory that no record names are swept at start")
+    func orphans() async throws {
+        let dir = makeTempDirectory("orphans")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try await withServer(dataDirectory: dir, configure: { _ in }) { s in
+            _ = try await s.admin.put(Array("kept".utf8), "kept")
+        }
+        let orphanBlob = dir + "/blobs/ee/eeee0000000000000000000000000000"
+        try FileManager.default.createDirectory(atPath: dir + "/blobs/ee", withIntermediateDirectories: true)
+        _ = FileManager.default.createFile(atPath: orphanBlob, contents: Data("orphan".utf8))
+        _ = FileManager.default.createFile(atPath: dir + "/uploads/ffff0000000000000000000000000000", contents: Data("partial".utf8))
+        try await withServer(dataDirectory: dir, configure: { _ in }) { (s: TestServer) async throws in
+            #expect(!FileManager.default.fileExists(atPath: orphanBlob))
+            #expect(s.stagedFileCount() == 0)
+            #expect(s.blobFileCount() == 1)
+            #expect(try await s.admin.get("kept") == Array("kept".utf8))
+        }
+    }
+}
