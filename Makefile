@@ -8,7 +8,7 @@ DESTDIR ?=
 DATA ?= $(HOME)/.local/share/stowfs/stowd
 PORT ?= 8420
 
-.PHONY: all deps build release test run stop install bench clean
+.PHONY: all deps build release test run stop install bench bench-server clean
 
 all: build
 
@@ -28,6 +28,10 @@ test: deps
 run: release
 	@echo "stowd on http://127.0.0.1:$(PORT), data in $(DATA); Ctrl-C stops it."
 	.build/release/stowd --data-dir "$(DATA)" --port $(PORT)
+
+# PUT/GET of a 1 GiB file and small-file completes through stowd, against plain copies on the same disk.
+bench-server: release
+	.build/release/stow-bench server --size $${SIZE:-1G} --runs $${RUNS:-3}
 
 install: release
 	install -d "$(DESTDIR)$(PREFIX)/bin"

@@ -15,6 +15,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "stowd", targets: ["stowd"]),
+        .executable(name: "stow-bench", targets: ["stow-bench"]),
         .library(name: "StorageClient", targets: ["StorageClient"]),
     ],
     dependencies: [
@@ -75,6 +76,15 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "stow-bench",
+            dependencies: [
+                "StorageClient", "StorageProtocol",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            swiftSettings: testSettings
         ),
         .testTarget(name: "StorageProtocolTests", dependencies: ["StorageProtocol"], swiftSettings: testSettings),
         .testTarget(

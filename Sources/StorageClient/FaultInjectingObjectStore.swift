@@ -1,0 +1,146 @@
+import Foundation
+public import StorageProtocol
+import Synchronization
+
+/// Wraps another `ObjectStore` and makes chosen calls fail, drop halfway, or slow down: for tests
+/// of what the filesystem does when the network or the server misbehaves.
+///
+/// ```swift
+/// let faulty = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))
+/// faulty.failNext(2, of: .completeUpload)            // two 500s, then normal
+/// faulty.dropHalfway(1, of: .send)                   // half a body arrives, then the connection drops
+/// faulty.isOffline = true                            // everything fails as unreachable
+/// ```
+public final class FaultInjectingObjectStore: ObjectStore {
+    public enum Operation: String, Sendable, CaseIterable {
+        case namespaces, createNamespace, deleteNamespace, record, list, update, delete, makeFolder, removeFolder, rename, makeNode, link
+        case startUpload, uploadedBytes, send, completeUpload, abandonUpload, signedURLs, read
+    }
+
+    private struct State {
+        var failures: [Operation: [StorageError]] = [:]
+        var drops: [Operation: Int] = [:]
+        var latency: [Operation: Duration] = [:]
+        var defaultLatency: Duration = .zero
+        var offline = false
+        var calls: [Operation: Int] = [:]
+    }
+
+    public let base: any ObjectStore
+    private let state = Mutex(State())
+
+    public init(wrapping base: any ObjectStore) { self.base = base }
+
+    /// The next `count` calls of `op` fail with `error` (default: a transient 500).
+    public func failNext(_ count: Int, of op: Operation, with error: StorageError = StorageError(.unavailable, "injected failure", status: 500)) {
+        state.withLock { $0.failures[op, default: []] += Array(repeating: error, count: count) }
+    }
+
+    /// The next `count` sends deliver half their bytes, then fail as a dropped connection.
+    public func dropHalfway(_ count: Int, of op: Operation = .send) {
+        state.withLock { $0.drops[op, default: 0] += count }
+    }
+
+    /// Every call of `op` (or of every operation, when nil) waits this long first.
+    public func setLatency(_ latency: Duration, for op: Operation? = nil) {
+        state.withLock { s in
+            if let op { s.latency[op] = latency } else { s.defaultLatency = latency }
+        }
+    }
+
+    /// While true, every call fails as if the server were unreachable.
+    public var isOffline: Bool {
+        get { state.withLock { $0.offline } }
+        set { state.withLock { $0.offline = newValue } }
+    }
+
+    /// How many times `op` was called.
+    public func calls(of op: Operation) -> Int { state.withLock { $0.calls[op] ?? 0 } }
+
+    private func enter(_ op: Operation) async throws {
+        let (delay, failure) = state.withLock { s -> (Duration, StorageError?) in
+            s.calls[op, default: 0] += 1
+            if s.offline { return (s.latency[op] ?? s.defaultLatency, StorageError(.unavailable, "injected: server unreachable")) }
+            var f: StorageError?
+            if var list = s.failures[op], !list.isEmpty {
+                f = list.removeFirst()
+                s.failures[op] = list
+            }
+            return (s.latency[op] ?? s.defaultLatency, f)
+        }
+        if delay > .zero { try await Task.sleep(for: delay) }
+        if let failure { throw failure }
+    }
+
+    private func takeDrop(_ op: Operation) -> Bool {
+        state.withLock { s in
+            guard let n = s.drops[op], n > 0 else { return false }
+            s.drops[op] = n - 1
+            return true
+        }
+    }
+
+    public func namespaces() async throws -> [NamespaceRecord] { try await enter(.namespaces); return try await base.namespaces() }
+    public func createNamespace(_ ns: Namespace) async throws -> NamespaceRecord { try await enter(.createNamespace); return try await base.createNamespace(ns) }
+    public func deleteNamespace(_ ns: Namespace, recursive: Bool) async throws { try await enter(.deleteNamespace); try await base.deleteNamespace(ns, recursive: recursive) }
+    public func record(_ ns: Namespace, _ path: StoragePath) async throws -> FileRecord { try await enter(.record); return try await base.record(ns, path) }
+    public func list(_ ns: Namespace, folder: StoragePath, after: String?, limit: Int) async throws -> ListPage {
+        try await enter(.list)
+        return try await base.list(ns, folder: folder, after: after, limit: limit)
+    }
+    public func update(_ ns: Namespace, _ path: StoragePath, _ patch: FilePatch, ifMatch: String?) async throws -> FileRecord {
+        try await enter(.update)
+        return try await base.update(ns, path, patch, ifMatch: ifMatch)
+    }
+    public func delete(_ ns: Namespace, _ path: StoragePath, ifMatch: String?) async throws { try await enter(.delete); try await base.delete(ns, path, ifMatch: ifMatch) }
+    public func makeFolder(_ ns: Namespace, _ path: StoragePath, _ request: FolderRequest) async throws -> FileRecord {
+        try await enter(.makeFolder)
+        return try await base.makeFolder(ns, path, request)
+    }
+    public func removeFolder(_ ns: Namespace, _ path: StoragePath) async throws { try await enter(.removeFolder); try await base.removeFolder(ns, path) }
+    public func rename(_ ns: Namespace, from: StoragePath, to: StoragePath, replace: Bool, exchange: Bool) async throws -> FileRecord {
+        try await enter(.rename)
+        return try await base.rename(ns, from: from, to: to, replace: replace, exchange: exchange)
+    }
+    public func makeNode(_ ns: Namespace, _ path: StoragePath, _ request: NodeRequest) async throws -> FileRecord {
+        try await enter(.makeNode)
+        return try await base.makeNode(ns, path, request)
+    }
+    public func link(_ ns: Namespace, from: StoragePath, to: StoragePath) async throws -> FileRecord {
+        try await enter(.link)
+        return try await base.link(ns, from: from, to: to)
+    }
+    public func startUpload(_ ns: Namespace, _ request: StartUploadRequest) async throws -> StartUploadResponse {
+        try await enter(.startUpload)
+        return try await base.startUpload(ns, request)
+    }
+    public func uploadedBytes(_ session: StartUploadResponse) async throws -> Int64 { try await enter(.uploadedBytes); return try await base.uploadedBytes(session) }
+    public func send(_ session: StartUploadResponse, from source: UploadSource, offset: Int64, end: Int64, progress: ProgressHandler?) async throws -> Int64 {
+        try await enter(.send)
+        if takeDrop(.send) {
+            let half = offset + (end - offset) / 2
+            if half > offset {
+                // The server keeps what arrived; a PUT that breaks off is resumed as tus chunks.
+                let current = try await base.uploadedBytes(session)
+                if current == offset || offset == 0 {
+                    _ = try await base.send(session, from: source, offset: offset, end: half, progress: progress)
+                }
+            }
+            throw StorageError(.unavailable, "injected: connection dropped after \(half - offset) bytes")
+        }
+        return try await base.send(session, from: source, offset: offset, end: end, progress: progress)
+    }
+    public func completeUpload(_ session: StartUploadResponse) async throws -> FileRecord {
+        try await enter(.completeUpload)
+        return try await base.completeUpload(session)
+    }
+    public func abandonUpload(_ session: StartUploadResponse) async throws { try await enter(.abandonUpload); try await base.abandonUpload(session) }
+    public func signedURLs(_ ns: Namespace, _ paths: [StoragePath], expiry: Int) async throws -> [SignedURL] {
+        try await enter(.signedURLs)
+        return try await base.signedURLs(ns, paths, expiry: expiry)
+    }
+    public func read(url: String, range: Range<Int64>?, ifMatch: String?) async throws -> ReadResult {
+        try await enter(.read)
+        return try await base.read(url: url, range: range, ifMatch: ifMatch)
+    }
+}
