@@ -9,9 +9,9 @@ public import StorageProtocol
 public actor InMemoryObjectStore: ObjectStore {
     struct Node {
         var kind: NodeKind
-        var mode: UInt32
-        var uid: UInt32 = 0
-        var gid: UInt32 = 0
+        var mode: UInt32?
+        var uid: UInt32?
+        var gid: UInt32?
         var nlink: UInt32
         var content = ByteBuffer()
         var etag: String
@@ -51,7 +51,7 @@ public actor InMemoryObjectStore: ObjectStore {
             let root = nextInode
             nextInode += 1
             let now = Timestamp.nowNanoseconds()
-            nodes[root] = Node(kind: .directory, mode: 0o755, nlink: 2, etag: "d\(root)", atime: now, mtime: now, ctime: now, btime: now)
+            nodes[root] = Node(kind: .directory, nlink: 2, etag: "d\(root)", atime: now, mtime: now, ctime: now, btime: now)
             entries[root] = [:]
             namespaceRoots[ns.name] = root
             namespaceCreated[ns.name] = now
@@ -155,7 +155,7 @@ public actor InMemoryObjectStore: ObjectStore {
         if namespaceRoots[ns.name] == nil {
             let root = newInode()
             let now = Timestamp.nowNanoseconds()
-            nodes[root] = Node(kind: .directory, mode: 0o755, nlink: 2, etag: "d\(root)", atime: now, mtime: now, ctime: now, btime: now)
+            nodes[root] = Node(kind: .directory, nlink: 2, etag: "d\(root)", atime: now, mtime: now, ctime: now, btime: now)
             entries[root] = [:]
             namespaceRoots[ns.name] = root
             namespaceCreated[ns.name] = now
@@ -234,7 +234,7 @@ public actor InMemoryObjectStore: ObjectStore {
             } else {
                 if !last && request.parents == false { throw StorageError(.notFound, "a parent of `\(path)` does not exist", status: 404) }
                 dir = insert(
-                    Node(kind: .directory, mode: request.mode ?? 0o755, uid: request.uid ?? 0, gid: request.gid ?? 0, nlink: 2, etag: "d", atime: now,
+                    Node(kind: .directory, mode: request.mode, uid: request.uid, gid: request.gid, nlink: 2, etag: "d", atime: now,
                          mtime: now, ctime: now, btime: now), parent: dir, name: name)
             }
         }
@@ -295,7 +295,7 @@ public actor InMemoryObjectStore: ObjectStore {
         guard entries[parent]?[path.name] == nil else { throw StorageError(.exists, "`\(path)` exists already", status: 409) }
         let now = Timestamp.nowNanoseconds()
         let ino = insert(
-            Node(kind: request.kind, mode: request.mode ?? (request.kind == .symlink ? 0o777 : 0o644), uid: request.uid ?? 0, gid: request.gid ?? 0,
+            Node(kind: request.kind, mode: request.mode, uid: request.uid, gid: request.gid,
                  nlink: 1, etag: newETag(), target: request.target, rdev: request.rdev, atime: now, mtime: now, ctime: now, btime: now),
             parent: parent, name: path.name)
         return record(ns, path, ino)
@@ -406,7 +406,7 @@ public actor InMemoryObjectStore: ObjectStore {
         }
         if ino == 0 {
             ino = insert(
-                Node(kind: .file, mode: p.mode ?? 0o644, uid: p.uid ?? 0, gid: p.gid ?? 0, nlink: 1, content: u.bytes, etag: newETag(), tags: u.request.tags ?? [],
+                Node(kind: .file, mode: p.mode, uid: p.uid, gid: p.gid, nlink: 1, content: u.bytes, etag: newETag(), tags: u.request.tags ?? [],
                      metadata: p.metadata ?? [:], contentType: ct, isPublic: p.isPublic ?? false, atime: p.atimeNs ?? now, mtime: p.mtimeNs ?? now, ctime: now,
                      btime: now), parent: parent, name: path.name)
         }

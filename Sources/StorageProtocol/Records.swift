@@ -35,9 +35,11 @@ public struct FileRecord: Codable, Sendable, Equatable {
     // POSIX view of the inode.
     public var kind: NodeKind
     public var inode: UInt64
-    public var mode: UInt32
-    public var uid: UInt32
-    public var gid: UInt32
+    /// Permission bits (no file-type bits); nil when the file carries none.
+    public var mode: UInt32?
+    /// Owner and group; nil when the file carries none.
+    public var uid: UInt32?
+    public var gid: UInt32?
     public var nlink: UInt32
     public var atimeNs: Int64
     public var mtimeNs: Int64
@@ -49,7 +51,7 @@ public struct FileRecord: Codable, Sendable, Equatable {
         id: String, fileName: String, filePath: String, contentType: String, namespace: String, operation: String = "putObject",
         size: Int64, upload: UploadLink? = nil, cdn: CDNLink, success: Bool = true, tags: [String], createdOn: String,
         modifiedOn: String, etag: String, sha256: String?, metadata: [String: String], isPublic: Bool, kind: NodeKind,
-        inode: UInt64, mode: UInt32, uid: UInt32, gid: UInt32, nlink: UInt32, atimeNs: Int64, mtimeNs: Int64, ctimeNs: Int64,
+        inode: UInt64, mode: UInt32?, uid: UInt32?, gid: UInt32?, nlink: UInt32, atimeNs: Int64, mtimeNs: Int64, ctimeNs: Int64,
         target: String? = nil, rdev: UInt64? = nil
     ) {
         self.id = id

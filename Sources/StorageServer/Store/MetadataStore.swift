@@ -63,9 +63,11 @@ public struct NamespaceInfo: Sendable, Equatable {
 public struct Inode: Sendable, Equatable {
     public var ino: UInt64
     public var kind: NodeKind
-    public var mode: UInt32
-    public var uid: UInt32
-    public var gid: UInt32
+    /// Permission bits; nil when the file was stored without any (clients apply their default).
+    public var mode: UInt32?
+    /// Owner; nil when the file was stored without one.
+    public var uid: UInt32?
+    public var gid: UInt32?
     public var nlink: UInt32
     public var size: Int64
     public var blob: String?

@@ -41,9 +41,9 @@ public final class SQLiteMetadataStore: MetadataStore {
                         ino INTEGER PRIMARY KEY AUTOINCREMENT,
                         namespace TEXT NOT NULL,
                         kind TEXT NOT NULL,
-                        mode INTEGER NOT NULL,
-                        uid INTEGER NOT NULL DEFAULT 0,
-                        gid INTEGER NOT NULL DEFAULT 0,
+                        mode INTEGER,
+                        uid INTEGER,
+                        gid INTEGER,
                         nlink INTEGER NOT NULL DEFAULT 1,
                         size INTEGER NOT NULL DEFAULT 0,
                         blob TEXT,
@@ -100,7 +100,7 @@ public final class SQLiteMetadataStore: MetadataStore {
         try await pool.write { db in
             if let existing = try Self.namespaceInfo(db, ns) { return (existing, false) }
             let now = Timestamp.nowNanoseconds()
-            let root = try Self.insertInode(db, ns: ns, kind: .directory, attributes: NewNodeAttributes(mode: 0o755), nlink: 2, now: now)
+            let root = try Self.insertInode(db, ns: ns, kind: .directory, attributes: NewNodeAttributes(), nlink: 2, now: now)
             try db.execute(sql: "INSERT INTO namespaces(name, root, created_ns) VALUES (?, ?, ?)", arguments: [ns.name, root, now])
             return (NamespaceInfo(namespace: ns, rootInode: UInt64(root), createdNs: now), true)
         }
@@ -516,7 +516,7 @@ public final class SQLiteMetadataStore: MetadataStore {
     private static func insertFile(_ db: Database, _ u: UploadRecord, blob: BlobInfo, parent: Int64, now: Int64) throws -> Int64 {
         let p = u.params
         let ino = try insertInode(
-            db, ns: u.namespace, kind: .file, attributes: NewNodeAttributes(mode: p.mode ?? 0o644, uid: p.uid, gid: p.gid), nlink: 1, now: now)
+            db, ns: u.namespace, kind: .file, attributes: NewNodeAttributes(mode: p.mode, uid: p.uid, gid: p.gid), nlink: 1, now: now)
         var inode = try inode(db, ino)
         inode.blob = blob.id
         inode.size = blob.size
@@ -656,9 +656,7 @@ extension SQLiteMetadataStore {
     }
 
     static func insertDirectory(_ db: Database, _ ns: Namespace, parent: Int64, name: String, attributes: NewNodeAttributes, now: Int64) throws -> Int64 {
-        var attrs = attributes
-        if attrs.mode == nil { attrs.mode = 0o755 }
-        let ino = try insertInode(db, ns: ns, kind: .directory, attributes: attrs, nlink: 2, now: now)
+        let ino = try insertInode(db, ns: ns, kind: .directory, attributes: attributes, nlink: 2, now: now)
         try insertEntry(db, parent: parent, name: name, ino: ino, now: now)
         try db.execute(sql: "UPDATE inodes SET nlink = nlink + 1 WHERE ino = ?", arguments: [parent])
         return ino
@@ -668,19 +666,13 @@ extension SQLiteMetadataStore {
         _ db: Database, ns: Namespace, kind: NodeKind, attributes: NewNodeAttributes, nlink: Int, now: Int64, target: String? = nil,
         rdev: UInt64? = nil
     ) throws -> Int64 {
-        let defaultMode: UInt32 =
-            switch kind {
-            case .directory: 0o755
-            case .symlink: 0o777
-            default: 0o644
-            }
         try db.execute(
             sql: """
                 INSERT INTO inodes(namespace, kind, mode, uid, gid, nlink, size, target, rdev, atime_ns, mtime_ns, ctime_ns, btime_ns)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """,
             arguments: [
-                ns.name, kind.rawValue, (attributes.mode ?? defaultMode) & 0o7777, attributes.uid ?? 0, attributes.gid ?? 0, nlink,
+                ns.name, kind.rawValue, attributes.mode.map { $0 & 0o7777 }, attributes.uid, attributes.gid, nlink,
                 kind == .symlink ? Int64(target?.utf8.count ?? 0) : 0, target, rdev.map { Int64(bitPattern: $0) }, now, now, now, now,
             ])
         return db.lastInsertedRowID
@@ -753,9 +745,9 @@ extension SQLiteMetadataStore {
         return Inode(
             ino: UInt64(row["ino"] as Int64),
             kind: NodeKind(rawValue: kindRaw) ?? .file,
-            mode: UInt32(truncatingIfNeeded: row["mode"] as Int64),
-            uid: UInt32(truncatingIfNeeded: row["uid"] as Int64),
-            gid: UInt32(truncatingIfNeeded: row["gid"] as Int64),
+            mode: (row["mode"] as Int64?).map { UInt32(truncatingIfNeeded: $0) },
+            uid: (row["uid"] as Int64?).map { UInt32(truncatingIfNeeded: $0) },
+            gid: (row["gid"] as Int64?).map { UInt32(truncatingIfNeeded: $0) },
             nlink: UInt32(truncatingIfNeeded: row["nlink"] as Int64),
             size: row["size"],
             blob: row["blob"],
