@@ -21,19 +21,21 @@ import Synchronization
 /// `uploads/` (uploads in progress) and `secret.key` (the URL-signing secret).
 public final class StowServer: Sendable {
     let service: StowService
-    let http: HTTPClient
     private let group = Mutex<ServiceGroup?>(nil)
+    /// The exclusive lock on the data directory, held for the server's lifetime.
+    private let lockDescriptor: Int32
 
     public init(configuration: ServerConfiguration, logger: Logger = Logger(label: "stowd")) throws {
         let dir = configuration.dataDirectory
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        guard let lock = try Posix.lockExclusively(dir + "/stowd.lock") else {
+            throw ServerError(message: "another stowd is already using \(dir); stop it, or give this one its own --data-dir")
+        }
+        lockDescriptor = lock
         let secret = try Self.loadOrCreateSecret(at: dir + "/secret.key")
         let store = try SQLiteMetadataStore(path: dir + "/stowd.sqlite", blobGraceSeconds: configuration.blobGrace)
         let blobs = try LocalBlobStore(root: dir)
         service = StowService(config: configuration, store: store, blobs: blobs, signer: URLSigner(secret: secret), logger: logger)
-        var httpConfig = HTTPClient.Configuration(redirectConfiguration: .disallow, timeout: .init(connect: .seconds(10), read: .seconds(60)))
-        httpConfig.connectionPool = .init(idleTimeout: .seconds(30))
-        http = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: httpConfig)
     }
 
     /// The metadata store (for tests and tools that inspect the server's state).
@@ -46,10 +48,15 @@ public final class StowServer: Sendable {
     public func run(signals: [UnixSignal] = [.sigterm, .sigint], onListening: @escaping @Sendable (String) async -> Void = { _ in }) async throws {
         let gc = GarbageCollector(service: service)
         try await gc.sweepOrphans()
-        let app = makeApplication(onListening: onListening)
+        // The client `uploads/copy` fetches with: no redirects, bounded waits. Shut down when the server stops.
+        var httpConfig = HTTPClient.Configuration(redirectConfiguration: .disallow, timeout: .init(connect: .seconds(10), read: .seconds(60)))
+        httpConfig.connectionPool = .init(idleTimeout: .seconds(30))
+        let http = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: httpConfig)
+        let app = makeApplication(http: http, onListening: onListening)
         let group = ServiceGroup(
             configuration: .init(services: [.init(service: app), .init(service: gc)], gracefulShutdownSignals: signals, logger: service.logger))
         self.group.withLock { $0 = group }
+        defer { try? FileManager.default.removeItem(atPath: service.config.dataDirectory + "/stowd.url") }
         do {
             try await group.run()
         } catch {
@@ -70,7 +77,7 @@ public final class StowServer: Sendable {
         try await GarbageCollector(service: service).runOnce(now: now ?? Timestamp.nowNanoseconds())
     }
 
-    func makeApplication(onListening: @escaping @Sendable (String) async -> Void) -> some ApplicationProtocol {
+    func makeApplication(http: HTTPClient, onListening: @escaping @Sendable (String) async -> Void) -> some ApplicationProtocol {
         let router = Router()
         router.add(middleware: MetricsMiddleware(metrics: service.metrics))
         router.add(middleware: ErrorMiddleware())
@@ -89,10 +96,15 @@ public final class StowServer: Sendable {
             onServerRunning: { channel in
                 let port = channel.localAddress?.port ?? config.port
                 let host = config.host.contains(":") ? "[\(config.host)]" : config.host
-                await onListening("http://\(host):\(port)")
+                let url = "http://\(host):\(port)"
+                // For clients that start or find the server by its data directory (the embedded stowfs).
+                try? Posix.writeAtomically(config.dataDirectory + "/stowd.url", url + "\n")
+                await onListening(url)
             },
             logger: service.logger)
     }
+
+    deinit { close(lockDescriptor) }
 
     static func loadOrCreateSecret(at path: String) throws -> Data {
         if let data = FileManager.default.contents(atPath: path), data.count >= 32 { return data }
@@ -120,4 +132,10 @@ struct MetricsMiddleware<Context: RequestContext>: RouterMiddleware {
         metrics.countRequest(method: request.method.rawValue, route: context.endpointPath ?? "unmatched", status: response.status.code)
         return response
     }
+}
+
+/// A reason the server cannot start.
+public struct ServerError: Error, CustomStringConvertible {
+    public var message: String
+    public var description: String { message }
 }

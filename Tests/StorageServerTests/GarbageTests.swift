@@ -1,6 +1,7 @@
 import Foundation
 import StorageClient
 import StorageProtocol
+import StorageServer
 import Testing
 
 @Suite("garbage collection")
@@ -64,5 +65,21 @@ struct GarbageTests {
             #expect(s.blobFileCount() == 1)
             #expect(try await s.admin.get("kept") == Array("kept".utf8))
         }
+    }
+
+    @Test("a second server on the same data directory is refused with a clear error; the first writes stowd.url")
+    func exclusiveDataDirectory() async throws {
+        let dir = makeTempDirectory("lock")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try await withServer(dataDirectory: dir, configure: { _ in }) { (s: TestServer) async throws in
+            #expect(try String(contentsOfFile: dir + "/stowd.url", encoding: .utf8) == s.url + "\n")
+            let second = #expect(throws: ServerError.self) {
+                try StowServer(configuration: ServerConfiguration(dataDirectory: dir, tokens: TokenStore()))
+            }
+            #expect(second?.description.contains("another stowd") == true)
+        }
+        #expect(!FileManager.default.fileExists(atPath: dir + "/stowd.url"))
+        // Once the first has stopped, the directory is free again.
+        _ = try StowServer(configuration: ServerConfiguration(dataDirectory: dir, tokens: TokenStore()))
     }
 }

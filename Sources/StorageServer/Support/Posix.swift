@@ -35,6 +35,28 @@ enum Posix {
         try check(Glibc.fsync(fd), "fsync", path)
     }
 
+    /// Takes an exclusive lock on `path` (created if needed) for as long as the returned descriptor stays open.
+    /// - Returns: the descriptor, or nil when another process holds the lock.
+    static func lockExclusively(_ path: String) throws -> Int32? {
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw Failure(call: "open", path: path, errno: errno) }
+        if flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            close(fd)
+            return nil
+        }
+        return fd
+    }
+
+    /// Writes a small file atomically (temp file, fsync, rename).
+    static func writeAtomically(_ path: String, _ contents: String) throws {
+        let tmp = path + ".tmp"
+        guard FileManager.default.createFile(atPath: tmp, contents: Data(contents.utf8), attributes: [.posixPermissions: 0o644]) else {
+            throw Failure(call: "create", path: tmp, errno: errno)
+        }
+        try fsync(path: tmp)
+        try rename(tmp, path)
+    }
+
     /// Creates a folder if missing, and makes its creation durable (fsync of the parent).
     static func makeDirectoryDurably(_ path: String) throws {
         if mkdir(path, 0o755) == 0 {
