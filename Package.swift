@@ -28,6 +28,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
     ],
     targets: [
         .target(
@@ -68,6 +69,20 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        .systemLibrary(name: "CFuse", pkgConfig: "fuse3", providers: [.apt(["libfuse3-dev"])]),
+        .target(name: "CStowSystem"),
+        .target(
+            name: "StowFS",
+            dependencies: [
+                "StorageClient", "StorageProtocol", "CStowSystem",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "SystemPackage", package: "swift-system"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "stowd",
             dependencies: [
@@ -83,6 +98,15 @@ let package = Package(
                 "StorageClient", "StorageProtocol",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            swiftSettings: testSettings
+        ),
+        .testTarget(
+            name: "StowFSTests",
+            dependencies: [
+                "StowFS", "StorageClient", "StorageProtocol",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: testSettings
         ),

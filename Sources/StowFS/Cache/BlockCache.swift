@@ -1,0 +1,150 @@
+import Foundation
+import Synchronization
+
+/// Blocks of remote files on local disk, with a size bound and least-recently-used eviction.
+///
+/// One sparse file per content version (`blocks/<etag>`): block `i` sits at `i × blockSize`, so a
+/// run of cached blocks is one contiguous range to read. Keying by ETag means a changed remote
+/// file never mixes with the old one. Eviction punches holes; a file with no block left is removed.
+/// The cache starts empty at every mount.
+public final class BlockCache: Sendable {
+    struct Key: Hashable {
+        var etag: String
+        var index: Int64
+    }
+
+    struct FileState {
+        var file: CacheFile
+        var present: Set<Int64> = []
+    }
+
+    struct State {
+        var files: [String: FileState] = [:]
+        var lastUse: [Key: UInt64] = [:]
+        var tick: UInt64 = 0
+        var bytes: Int64 = 0
+        var hits: UInt64 = 0
+        var misses: UInt64 = 0
+    }
+
+    public let directory: String
+    public let blockSize: Int
+    public let capacity: Int64
+    private let state = Mutex(State())
+
+    public init(directory: String, blockSize: Int, capacity: Int64) throws {
+        self.directory = directory
+        self.blockSize = blockSize
+        self.capacity = max(capacity, Int64(blockSize) * 16)
+        try? FileManager.default.removeItem(atPath: directory)
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    }
+
+    private func filePath(_ etag: String) -> String {
+        directory + "/" + String(etag.map { $0.isLetter || $0.isNumber || $0 == "-" ? $0 : "_" })
+    }
+
+    /// The blocks `range` covers.
+    public func blocks(covering range: Range<Int64>) -> Range<Int64> {
+        guard !range.isEmpty else { return 0..<0 }
+        return (range.lowerBound / Int64(blockSize))..<((range.upperBound - 1) / Int64(blockSize) + 1)
+    }
+
+    /// The bytes of `range` if every block of it is cached (one segment: the blocks are contiguous).
+    public func segment(etag: String, range: Range<Int64>) -> FileSegment? {
+        state.withLock { s in
+            guard !range.isEmpty else { return nil }
+            guard let f = s.files[etag] else {
+                s.misses += 1
+                return nil
+            }
+            let needed = blocks(covering: range)
+            for i in needed where !f.present.contains(i) {
+                s.misses += 1
+                return nil
+            }
+            s.tick += 1
+            for i in needed { s.lastUse[Key(etag: etag, index: i)] = s.tick }
+            s.hits += 1
+            return FileSegment(file: f.file, offset: range.lowerBound, length: Int(range.count))
+        }
+    }
+
+    /// The blocks of `blocks` that are not cached.
+    public func missing(etag: String, blocks: Range<Int64>) -> [Int64] {
+        state.withLock { s in
+            guard let f = s.files[etag] else { return Array(blocks) }
+            return blocks.filter { !f.present.contains($0) }
+        }
+    }
+
+    /// Stores fetched bytes that start at block `first` (whole blocks, the last may be short).
+    public func store<Bytes: Collection & Sendable>(etag: String, firstBlock first: Int64, bytes: Bytes) throws(FSError) where Bytes.Element == UInt8 {
+        let file: CacheFile = try state.withLock { (s: inout State) throws(FSError) -> CacheFile in
+            if let f = s.files[etag] { return f.file }
+            let f = try CacheFile(path: filePath(etag))
+            s.files[etag] = FileState(file: f)
+            return f
+        }
+        try file.write(bytes, at: first * Int64(blockSize))
+        let count = (bytes.count + blockSize - 1) / blockSize
+        state.withLock { s in
+            s.tick += 1
+            for k in 0..<Int64(count) {
+                let i = first + k
+                if s.files[etag]?.present.insert(i).inserted == true {
+                    s.bytes += Int64(min(blockSize, bytes.count - Int(k) * blockSize))
+                }
+                s.lastUse[Key(etag: etag, index: i)] = s.tick
+            }
+        }
+        evictIfNeeded()
+    }
+
+    /// Drops the least recently used blocks until the cache is at 90% of its capacity.
+    func evictIfNeeded() {
+        state.withLock { s in
+            guard s.bytes > capacity else { return }
+            let target = capacity * 9 / 10
+            for (key, _) in s.lastUse.sorted(by: { $0.value < $1.value }) {
+                guard s.bytes > target else { break }
+                guard var f = s.files[key.etag], f.present.remove(key.index) != nil else {
+                    s.lastUse[key] = nil
+                    continue
+                }
+                f.file.punchHole(offset: key.index * Int64(blockSize), length: Int64(blockSize))
+                s.bytes -= Int64(blockSize)
+                s.lastUse[key] = nil
+                if f.present.isEmpty {
+                    unlink(f.file.path)
+                    s.files[key.etag] = nil
+                } else {
+                    s.files[key.etag] = f
+                }
+            }
+        }
+    }
+
+    /// Forgets a content version (its file changed or was deleted).
+    public func drop(etag: String) {
+        state.withLock { s in
+            guard let f = s.files.removeValue(forKey: etag) else { return }
+            for i in f.present {
+                s.lastUse[Key(etag: etag, index: i)] = nil
+                s.bytes -= Int64(blockSize)
+            }
+            unlink(f.file.path)
+        }
+    }
+
+    public struct Statistics: Sendable, Codable, Equatable {
+        public var bytes: Int64
+        public var capacity: Int64
+        public var hits: UInt64
+        public var misses: UInt64
+    }
+
+    public var statistics: Statistics {
+        state.withLock { Statistics(bytes: max(0, $0.bytes), capacity: capacity, hits: $0.hits, misses: $0.misses) }
+    }
+}

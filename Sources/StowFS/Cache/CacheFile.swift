@@ -1,0 +1,82 @@
+import CStowSystem
+import Foundation
+import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A local file the filesystem keeps open: a file's local copy, or one file of the block cache.
+///
+/// The descriptor stays open as long as the object lives (ARC): a `FileSegment` handed to FuseKit
+/// keeps its file open even if the cache drops it meanwhile. Removing the path (`unlink`) does not
+/// disturb readers that hold the object.
+public final class CacheFile: Sendable {
+    public let descriptor: Int32
+    public let path: String
+
+    /// Opens (creating if needed) `path` for reading and writing.
+    public init(path: String, truncate: Bool = false) throws(FSError) {
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | (truncate ? O_TRUNC : 0), 0o600)
+        guard fd >= 0 else { throw FSError.io("cannot open \(path): \(String(cString: strerror(errno)))") }
+        descriptor = fd
+        self.path = path
+    }
+
+    deinit { close(descriptor) }
+
+    var fd: FileDescriptor { FileDescriptor(rawValue: descriptor) }
+
+    /// Writes all of `bytes` at `offset`.
+    public func write(_ bytes: some Sequence<UInt8>, at offset: Int64) throws(FSError) {
+        do {
+            _ = try fd.writeAll(toAbsoluteOffset: offset, bytes)
+        } catch let e as Errno {
+            throw e == .noSpace ? FSError.noSpace : FSError.io("write to \(path): \(e)")
+        } catch {
+            throw FSError.io("write to \(path): \(error)")
+        }
+    }
+
+    public func truncate(to size: Int64) throws(FSError) {
+        guard ftruncate(descriptor, off_t(size)) == 0 else { throw FSError.io("truncate \(path): \(String(cString: strerror(errno)))") }
+    }
+
+    public func sync() throws(FSError) {
+        guard fsync(descriptor) == 0 else { throw FSError.io("fsync \(path): \(String(cString: strerror(errno)))") }
+    }
+
+    public var size: Int64 {
+        Int64(lseek(descriptor, 0, SEEK_END))
+    }
+
+    /// Frees the byte range (the file keeps its size): for evicting blocks from a sparse file.
+    public func punchHole(offset: Int64, length: Int64) {
+        _ = CStowSystem_punch_hole(descriptor, off_t(offset), off_t(length))
+    }
+
+    /// Copies the first `length` bytes into a new file at `target` (copy_file_range; reflinks where the filesystem can).
+    public func copy(to target: String, length: Int64) throws(FSError) -> CacheFile {
+        let out = try CacheFile(path: target, truncate: true)
+        var copied: Int64 = 0
+        while copied < length {
+            let n = CStowSystem_copy_file_range(descriptor, out.descriptor, Int(min(length - copied, 1 << 30)))
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw FSError.io("copy \(path) → \(target): \(String(cString: strerror(errno)))")
+            }
+            if n == 0 { break }
+            copied += Int64(n)
+        }
+        // Both descriptors' offsets moved; a file with holes may copy short: ensure the size.
+        if out.size < length { try out.truncate(to: length) }
+        return out
+    }
+
+    /// Reads `length` bytes at `offset` (for tests and tools; the filesystem serves reads through FuseKit).
+    public func read(at offset: Int64, length: Int) -> [UInt8] {
+        guard let h = FileHandle(forReadingAtPath: path) else { return [] }
+        defer { try? h.close() }
+        try? h.seek(toOffset: UInt64(offset))
+        return Array((try? h.read(upToCount: length)) ?? Data())
+    }
+}

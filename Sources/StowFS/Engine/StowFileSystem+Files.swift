@@ -1,0 +1,456 @@
+import NIOCore
+import Foundation
+import Logging
+import Synchronization
+import StorageClient
+import StorageProtocol
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// create, open, read, write, flush, release, fsync.
+extension StowFileSystem {
+    /// Creates a regular file (local until its upload) and opens it for writing.
+    public func create(parent: InodeNumber, name: String, mode: UInt32, caller: Caller) async throws(FSError) -> (Entry, OpenedFile) {
+        try Self.validate(name: name)
+        guard !configuration.readOnly else { throw FSError.readOnly }
+        let file = try CacheFile(path: newCacheFilePath(), truncate: true)
+        return try state.withLock { (s: inout State) throws(FSError) -> (Entry, OpenedFile) in
+            let p = try inode(s, parent)
+            guard p.kind == .directory else { throw FSError.notADirectory }
+            let location = try child(try self.location(s, parent), name)
+            guard location.namespace != nil, !location.path.isRoot else { throw FSError.notPermitted }
+            let ino = newLocalInode(&s)
+            let now = TimeSpec.now
+            var e = InodeEntry(
+                ino: ino, parent: parent, name: name,
+                attributes: FileAttributes(
+                    ino: ino, kind: .file, mode: mode & 0o7777, uid: caller.uid, gid: caller.gid, size: 0, nlink: 1, atime: now, mtime: now,
+                    ctime: now),
+                validUntil: .now)
+            e.meta.contentType = ContentTypes.infer(fileName: name) == ContentTypes.fallback ? nil : ContentTypes.infer(fileName: name)
+            e.local = LocalContent(file: file, size: 0, dirty: true, writers: 1, frozen: false, heldUpload: nil)
+            e.lookups = 1
+            e.openHandles = 1
+            if let old = s.inodes[parent]?.directory?.children[name], var o = s.inodes[old] {
+                // Created over a name we knew (the kernel thought it free): that file is replaced.
+                o.unlinked = true
+                s.inodes[old] = o
+            }
+            s.inodes[ino] = e
+            s.inodes[parent]?.directory?.children[name] = ino
+            s.inodes[parent]?.directory?.negative[name] = nil
+            touchDirectory(&s, parent)
+            let h = s.nextHandle
+            s.nextHandle += 1
+            s.handles[h] = Handle(ino: ino, writable: true, etag: nil, readAhead: ReadAhead(maxWindow: configuration.maxReadAheadBlocks), listing: nil)
+            return (entry(e), OpenedFile(handle: h, keepCache: true))
+        }
+    }
+
+    func touchDirectory(_ s: inout State, _ ino: InodeNumber) {
+        let now = TimeSpec.now
+        s.inodes[ino]?.attributes.mtime = now
+        s.inodes[ino]?.attributes.ctime = now
+    }
+
+    /// Opens a file. Writing to a stored file without `truncate` first brings its content here.
+    public func open(_ ino: InodeNumber, write: Bool, truncate: Bool) async throws(FSError) -> OpenedFile {
+        if write && configuration.readOnly { throw FSError.readOnly }
+        let needsContent = try state.withLock { (s: inout State) throws(FSError) -> Bool in
+            let e = try inode(s, ino)
+            guard e.kind != .directory else { throw FSError.isADirectory }
+            return write && e.local == nil && !truncate && e.kind == .file
+        }
+        if needsContent { try await materialize(ino) }
+        let newFile: CacheFile? = write && truncate ? try CacheFile(path: newCacheFilePath(), truncate: true) : nil
+        return try state.withLock { (s: inout State) throws(FSError) -> OpenedFile in
+            var e = try inode(s, ino)
+            if write {
+                if let newFile {
+                    e.local = LocalContent(file: newFile, size: 0, dirty: true, writers: e.local?.writers ?? 0, frozen: false, heldUpload: e.local?.heldUpload)
+                    e.attributes.size = 0
+                    e.attributes.mtime = .now
+                    e.attributes.ctime = .now
+                } else if e.local == nil {
+                    throw FSError.io("the content of this file could not be brought here")
+                }
+                try ensureWritable(&e)
+                e.local!.writers += 1
+            }
+            e.openHandles += 1
+            let keep = e.local != nil || (e.remote != nil && e.pageCacheETag == e.remote?.etag)
+            if e.local == nil { e.pageCacheETag = e.remote?.etag }
+            s.inodes[ino] = e
+            let h = s.nextHandle
+            s.nextHandle += 1
+            s.handles[h] = Handle(
+                ino: ino, writable: write, etag: e.local == nil ? e.remote?.etag : nil, readAhead: ReadAhead(maxWindow: configuration.maxReadAheadBlocks),
+                listing: nil)
+            return OpenedFile(handle: h, keepCache: keep)
+        }
+    }
+
+    /// Makes the local copy writable: a copy of a snapshot that went to the upload queue.
+    func ensureWritable(_ e: inout InodeEntry) throws(FSError) {
+        guard var local = e.local, local.frozen else { return }
+        local.file = try local.file.copy(to: newCacheFilePath(), length: local.size)
+        local.frozen = false
+        e.local = local
+    }
+
+    /// Downloads a stored file's whole content into a local copy.
+    func materialize(_ ino: InodeNumber) async throws(FSError) {
+        let (location, etag, size) = try state.withLock { (s: inout State) throws(FSError) -> (Location, String?, Int64) in
+            let e = try inode(s, ino)
+            return (try self.location(s, ino), e.remote?.etag, Int64(e.attributes.size))
+        }
+        let file = try CacheFile(path: newCacheFilePath(), truncate: true)
+        if size > 0, let etag {
+            let chunk = Int64(configuration.blockSize * configuration.maxBlocksPerRequest)
+            var offset: Int64 = 0
+            while offset < size {
+                let end = min(size, offset + chunk)
+                let bytes = try await fetchRange(location, etag: etag, range: offset..<end)
+                try file.write(bytes.readableBytesView, at: offset)
+                offset = end
+            }
+        }
+        try file.truncate(to: size)
+        state.withLock { s in
+            guard var e = s.inodes[ino], e.local == nil else { return }
+            e.local = LocalContent(file: file, size: size, dirty: false, writers: 0, frozen: false, heldUpload: nil)
+            s.inodes[ino] = e
+        }
+    }
+
+    // MARK: - Reads
+
+    /// Where the bytes of a read are, if they are here already (a local copy, or cached blocks).
+    /// Synchronous, for FuseKit to answer without leaving the FUSE thread.
+    public func readCached(_ ino: InodeNumber, handle: UInt64, offset: Int64, size: Int) -> [FileSegment]? {
+        let plan = state.withLock { s -> (local: FileSegment?, etag: String?, fileSize: Int64, prefetch: Int)? in
+            guard let e = s.inodes[ino], var h = s.handles[handle] else { return nil }
+            let fileSize = Int64(e.attributes.size)
+            let prefetch = h.readAhead.read(offset: offset, length: size)
+            s.handles[handle] = h
+            if let local = e.local {
+                let length = max(0, min(Int64(size), local.size - offset))
+                return (FileSegment(file: local.file, offset: offset, length: Int(length)), nil, fileSize, 0)
+            }
+            return (nil, h.etag ?? e.remote?.etag, fileSize, prefetch)
+        }
+        guard let plan else { return nil }
+        if let local = plan.local { return local.length > 0 ? [local] : [] }
+        guard let etag = plan.etag else { return nil }
+        let end = min(plan.fileSize, offset + Int64(size))
+        if end <= offset { return [] }
+        guard let segment = blocks.segment(etag: etag, range: offset..<end) else { return nil }
+        if plan.prefetch > 0 { prefetch(ino, etag: etag, after: end, fileSize: plan.fileSize, blocks: plan.prefetch) }
+        return [segment]
+    }
+
+    /// Where the bytes of a read are, fetching missing blocks first.
+    public func read(_ ino: InodeNumber, handle: UInt64, offset: Int64, size: Int) async throws(FSError) -> [FileSegment] {
+        if let ready = readCached(ino, handle: handle, offset: offset, size: size) { return ready }
+        var attempt = 0
+        while true {
+            let (location, etag, fileSize, window) = try state.withLock { (s: inout State) throws(FSError) -> (Location, String, Int64, Int) in
+                let e = try inode(s, ino)
+                guard let h = s.handles[handle] else { throw FSError.badHandle }
+                guard let etag = h.etag ?? e.remote?.etag else { throw FSError.io("no content for this file") }
+                return (try self.location(s, ino), etag, Int64(e.attributes.size), h.readAhead.window)
+            }
+            let end = min(fileSize, offset + Int64(size))
+            if end <= offset { return [] }
+            do throws(FSError) {
+                try await ensureBlocks(location, etag: etag, range: offset..<end, fileSize: fileSize)
+                if window > 0 { prefetch(ino, etag: etag, after: end, fileSize: fileSize, blocks: window) }
+                if let segment = blocks.segment(etag: etag, range: offset..<end) { return [segment] }
+                throw FSError.io("blocks were evicted while being read; the cache is too small for this read")
+            } catch {
+                guard case .io(let why) = error, why.hasPrefix("changed:"), attempt == 0 else { throw error }
+                // The file changed on the server: read the new version, from scratch, never a mix.
+                attempt += 1
+                try await refreshAfterChange(ino)
+                state.withLock { s in s.handles[handle]?.etag = s.inodes[ino]?.remote?.etag }
+            }
+        }
+    }
+
+    func refreshAfterChange(_ ino: InodeNumber) async throws(FSError) {
+        state.withLock { $0.inodes[ino]?.validUntil = .now }
+        _ = try await getattr(ino)
+    }
+
+    /// Fetches the blocks `range` needs that are not cached, in as few ranged GETs as possible.
+    func ensureBlocks(_ location: Location, etag: String, range: Range<Int64>, fileSize: Int64) async throws(FSError) {
+        let needed = blocks.blocks(covering: range)
+        let missing = blocks.missing(etag: etag, blocks: needed)
+        guard !missing.isEmpty else { return }
+        // Runs of consecutive missing blocks, each at most maxBlocksPerRequest long.
+        var runs: [Range<Int64>] = []
+        for i in missing {
+            if let last = runs.last, last.upperBound == i, last.count < configuration.maxBlocksPerRequest {
+                runs[runs.count - 1] = last.lowerBound..<(i + 1)
+            } else {
+                runs.append(i..<(i + 1))
+            }
+        }
+        do {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for run in runs {
+                    group.addTask { try await self.fetchBlocks(location, etag: etag, blocks: run, fileSize: fileSize) }
+                }
+                try await group.waitForAll()
+            }
+        } catch {
+            throw FSError.from(error)
+        }
+    }
+
+    func fetchBlocks(_ location: Location, etag: String, blocks run: Range<Int64>, fileSize: Int64) async throws(FSError) {
+        let bs = Int64(configuration.blockSize)
+        let range = (run.lowerBound * bs)..<min(fileSize, run.upperBound * bs)
+        guard !range.isEmpty else { return }
+        let bytes = try await fetchRange(location, etag: etag, range: range)
+        try blocks.store(etag: etag, firstBlock: run.lowerBound, bytes: bytes.readableBytesView)
+    }
+
+    /// Bytes of a stored file, pinned to its ETag.
+    func fetchRange(_ location: Location, etag: String, range: Range<Int64>) async throws(FSError) -> ByteBuffer {
+        var lastError: FSError = .io("no URL")
+        for attempt in 0..<2 {
+            let url = try await signedURL(location, renew: attempt > 0)
+            do {
+                let result = try await store.read(url: url, range: range, ifMatch: etag)
+                guard Int64(result.bytes.readableBytes) == Int64(range.count) else {
+                    throw FSError.io("changed: the server sent \(result.bytes.readableBytes) of \(range.count) bytes")
+                }
+                return result.bytes
+            } catch let e as StorageError where e.kind == .preconditionFailed {
+                throw FSError.io("changed: \(location) has a new version")
+            } catch let e as StorageError where e.kind == .forbidden {
+                lastError = FSError(e)
+                urls.forget(location)
+            } catch {
+                throw FSError.from(error)
+            }
+        }
+        throw lastError
+    }
+
+    /// A signed URL for reading `location`; signs the file's neighbours in the same request.
+    func signedURL(_ location: Location, renew: Bool = false) async throws(FSError) -> String {
+        if !renew, let url = urls.url(for: location) { return url }
+        guard let ns = location.namespace else { throw FSError.isADirectory }
+        // Batch: sign other files of the same folder that have no URL yet.
+        let siblings: [StoragePath] = state.withLock { s in
+            guard let parentIno = findInode(s, location.path.parent, ns),
+                let children = s.inodes[parentIno]?.directory?.children
+            else { return [] }
+            return children.compactMap { name, ino -> StoragePath? in
+                guard name != location.path.name, let e = s.inodes[ino], e.kind == .file, e.remote != nil else { return nil }
+                let l = try? location.path.parent.appending(name)
+                return l.flatMap { urls.url(for: Location(namespace: ns, path: $0)) == nil ? $0 : nil }
+            }.prefix(63).map { $0 }
+        }
+        let paths = [location.path] + siblings
+        let lifetime = configuration.signedURLLifetime
+        let signed = try await remote { try await store.signedURLs(ns, paths, expiry: lifetime) }
+        for (p, s) in zip(paths, signed) { urls.insert(Location(namespace: ns, path: p), url: s.signedUrl, lifetime: .seconds(lifetime)) }
+        guard let first = signed.first else { throw FSError.io("the server signed no URL") }
+        return first.signedUrl
+    }
+
+    /// The inode of a folder path, if known.
+    func findInode(_ s: State, _ path: StoragePath, _ ns: Namespace) -> InodeNumber? {
+        var ino: InodeNumber = .root
+        if case .all = configuration.scope {
+            guard let n = s.inodes[.root]?.directory?.children[ns.name] else { return nil }
+            ino = n
+        }
+        for name in path.segments {
+            guard let next = s.inodes[ino]?.directory?.children[name] else { return nil }
+            ino = next
+        }
+        return ino
+    }
+
+    /// Starts fetching `count` blocks after `end` in the background.
+    func prefetch(_ ino: InodeNumber, etag: String, after end: Int64, fileSize: Int64, blocks count: Int) {
+        guard end < fileSize else { return }
+        let bs = Int64(configuration.blockSize)
+        let first = end / bs
+        let last = min((fileSize - 1) / bs, first + Int64(count) - 1)
+        guard first <= last else { return }
+        let missing = blocks.missing(etag: etag, blocks: first..<(last + 1))
+        guard !missing.isEmpty, prefetching.begin(etag: etag, blocks: missing) else { return }
+        let location = try? state.withLock { (s: inout State) throws(FSError) in try self.location(s, ino) }
+        guard let location else {
+            prefetching.end(etag: etag, blocks: missing)
+            return
+        }
+        Task {
+            defer { self.prefetching.end(etag: etag, blocks: missing) }
+            try? await self.ensureBlocks(location, etag: etag, range: (missing.first! * bs)..<min(fileSize, (missing.last! + 1) * bs), fileSize: fileSize)
+        }
+    }
+
+    // MARK: - Writes
+
+    /// Where a write goes: the local copy's file (FuseKit writes the bytes at `offset`, then calls `didWrite`).
+    public func prepareWrite(_ ino: InodeNumber, handle: UInt64) throws(FSError) -> CacheFile {
+        try state.withLock { (s: inout State) throws(FSError) -> CacheFile in
+            guard let h = s.handles[handle], h.ino == ino else { throw FSError.badHandle }
+            guard h.writable else { throw FSError.badHandle }
+            var e = try inode(s, ino)
+            guard e.local != nil else { throw FSError.io("no local copy to write to") }
+            try ensureWritable(&e)
+            s.inodes[ino] = e
+            return e.local!.file
+        }
+    }
+
+    /// `count` bytes were written at `offset`.
+    public func didWrite(_ ino: InodeNumber, handle: UInt64, offset: Int64, count: Int) {
+        state.withLock { s in
+            guard var e = s.inodes[ino], var local = e.local else { return }
+            local.size = max(local.size, offset + Int64(count))
+            local.dirty = true
+            e.local = local
+            e.attributes.size = UInt64(local.size)
+            let now = TimeSpec.now
+            e.attributes.mtime = now
+            e.attributes.ctime = now
+            s.inodes[ino] = e
+        }
+    }
+
+    /// Writes bytes through the engine (tests and tools; FuseKit writes the file directly).
+    public func write(_ ino: InodeNumber, handle: UInt64, offset: Int64, bytes: [UInt8]) throws(FSError) -> Int {
+        let file = try prepareWrite(ino, handle: handle)
+        try file.write(bytes, at: offset)
+        didWrite(ino, handle: handle, offset: offset, count: bytes.count)
+        return bytes.count
+    }
+
+    /// close(2) of one descriptor: what was written is made durable here (local file fsynced, journal
+    /// record written) before this returns. The upload itself waits for the last close.
+    public func flush(_ ino: InodeNumber, handle: UInt64) async throws(FSError) {
+        let plan = try state.withLock { (s: inout State) throws(FSError) -> (CacheFile, Int64, Int64?, Location, UploadParams, String?, [String]?)? in
+            guard let h = s.handles[handle], h.writable, let e = s.inodes[ino], let local = e.local, local.dirty, !e.unlinked else { return nil }
+            let (params, ct, tags) = uploadParams(e)
+            return (local.file, local.size, local.heldUpload, try self.location(s, ino), params, ct, tags)
+        }
+        guard let (file, size, held, location, params, contentType, tags) = plan else { return }
+        try file.sync()
+        do {
+            if let held {
+                try await queue.updateHeld(held, size: size, params: params)
+            } else {
+                let id = try await queue.enqueue(location: location, cacheFile: file.path, size: size, params: params, contentType: contentType, tags: tags, held: true)
+                state.withLock { s in
+                    s.inodes[ino]?.local?.heldUpload = id
+                    s.uploadOwner[id] = ino
+                }
+            }
+        } catch {
+            throw FSError.from(error)
+        }
+    }
+
+    /// The last reference to an open file went: its new content joins the upload queue.
+    public func release(_ ino: InodeNumber, handle: UInt64) async {
+        let writable = state.withLock { s -> Bool in
+            guard let h = s.handles.removeValue(forKey: handle) else { return false }
+            s.inodes[ino]?.openHandles -= 1
+            if h.writable { s.inodes[ino]?.local?.writers -= 1 }
+            return h.writable
+        }
+        if writable { await submit(ino, onlyIfClosed: true) }
+        state.withLock { s in
+            // An unlinked file that nobody holds any more is gone.
+            if let e = s.inodes[ino], e.unlinked, e.openHandles == 0, e.lookups == 0, !e.hasLocalState { s.inodes[ino] = nil }
+        }
+    }
+
+    /// Hands the inode's changed content to the upload queue as an immutable snapshot.
+    /// - Parameter onlyIfClosed: only when no writer holds it open (release); else a copy is made (fsync, sync).
+    /// - Returns: the queued upload, if there was anything to send.
+    @discardableResult
+    func submit(_ ino: InodeNumber, onlyIfClosed: Bool) async -> Int64? {
+        let plan = try? state.withLock { (s: inout State) throws(FSError) -> (CacheFile, Int64, Int64?, Location, UploadParams, String?, [String]?, [Int64])? in
+            guard var e = s.inodes[ino], var local = e.local, local.dirty, !e.unlinked else { return nil }
+            if local.writers > 0 && onlyIfClosed { return nil }
+            let location = try self.location(s, ino)
+            let (params, ct, tags) = uploadParams(e)
+            var snapshot = local.file
+            if local.writers > 0 {
+                // Still open for writing: send a copy, keep writing to the original.
+                snapshot = try local.file.copy(to: newCacheFilePath(), length: local.size)
+            } else {
+                local.frozen = true
+            }
+            let held = local.writers > 0 ? nil : local.heldUpload
+            if local.writers == 0 { local.heldUpload = nil }
+            local.dirty = false
+            e.local = local
+            // Older uploads of this inode not yet running are superseded by this one.
+            let superseded = e.upload.map { [$0] } ?? []
+            if let u = e.upload { e.olderUploads.insert(u) }
+            e.upload = nil
+            s.inodes[ino] = e
+            return (snapshot, local.size, held, location, params, ct, tags, superseded)
+        }
+        guard let (snapshot, size, held, location, params, contentType, tags, superseded) = plan ?? nil else { return nil }
+        try? snapshot.sync()
+        let id: Int64
+        do {
+            if let held {
+                id = try await queue.release(held, cacheFile: snapshot.path, size: size, params: params)
+                state.withLock { $0.uploadOwner[held] = nil }
+            } else {
+                id = try await queue.enqueue(location: location, cacheFile: snapshot.path, size: size, params: params, contentType: contentType, tags: tags)
+            }
+        } catch {
+            logger.error("cannot record the upload of \(location): \(error)")
+            state.withLock { s in s.inodes[ino]?.local?.dirty = true }
+            return nil
+        }
+        state.withLock { s in
+            s.inodes[ino]?.upload = id
+            s.inodes[ino]?.olderUploads.remove(id)
+            s.uploadOwner[id] = ino
+        }
+        for old in superseded where old != id {
+            if await !queue.isRunning(old) { _ = await cancelUpload(old, ino: ino) }
+        }
+        return id
+    }
+
+    /// Stops an owed upload for good; forgets it and its snapshot (unless the file still uses it).
+    /// - Returns: the stored record if it had completed before it could be stopped.
+    func cancelUpload(_ id: Int64, ino: InodeNumber) async -> FileRecord? {
+        let record = await queue.record(id)
+        let outcome = await queue.cancel(id)
+        if case .alreadyStored(let stored) = outcome { return stored }
+        state.withLock { s in
+            s.uploadOwner[id] = nil
+            s.inodes[ino]?.olderUploads.remove(id)
+            if s.inodes[ino]?.upload == id { s.inodes[ino]?.upload = nil }
+            if s.inodes[ino]?.local?.heldUpload == id { s.inodes[ino]?.local?.heldUpload = nil }
+            if let path = record?.cacheFile, s.inodes[ino]?.local?.file.path != path { Glibc.unlink(path) }
+        }
+        return nil
+    }
+
+    /// fsync(2): returns once the server holds this file's content as of now.
+    public func fsync(_ ino: InodeNumber, handle: UInt64) async throws(FSError) {
+        try await flush(ino, handle: handle)
+        await submit(ino, onlyIfClosed: false)
+        let owed = state.withLock { s in s.inodes[ino]?.owedUploads ?? [] }
+        await queue.waitUntilDone(Set(owed))
+    }
+}
+

@@ -1,0 +1,411 @@
+import Foundation
+import Synchronization
+import StorageClient
+import StorageProtocol
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// mkdir, rmdir, unlink, rename, link, symlink, readlink, mknod, setattr.
+extension StowFileSystem {
+    public func mkdir(parent: InodeNumber, name: String, mode: UInt32, caller: Caller) async throws(FSError) -> Entry {
+        try Self.validate(name: name)
+        guard !configuration.readOnly else { throw FSError.readOnly }
+        let location = try state.withLock { (s: inout State) throws(FSError) -> Location in try child(try self.location(s, parent), name) }
+        guard let ns = location.namespace else { throw FSError.notPermitted }
+        if location.path.isRoot {
+            // mkdir at the root of a `--all` mount makes a namespace.
+            let info = try await remote { try await store.createNamespace(ns) }
+            return state.withLock { s in
+                let ino = namespaceInode(&s, info)
+                s.inodes[ino]?.lookups += 1
+                touchDirectory(&s, .root)
+                return entry(s.inodes[ino]!)
+            }
+        }
+        let record = try await remote {
+            try await store.makeFolder(ns, location.path, FolderRequest(mode: mode & 0o7777, uid: caller.uid, gid: caller.gid, parents: false, existOk: false))
+        }
+        return state.withLock { s in
+            let ino = upsert(&s, record, parent: parent, name: name)
+            s.inodes[ino]?.lookups += 1
+            s.inodes[parent]?.attributes.nlink += 1
+            touchDirectory(&s, parent)
+            return entry(s.inodes[ino]!)
+        }
+    }
+
+    public func rmdir(parent: InodeNumber, name: String) async throws(FSError) {
+        guard !configuration.readOnly else { throw FSError.readOnly }
+        let ino = try await findChild(parent, name)
+        let location = try state.withLock { (s: inout State) throws(FSError) -> Location in
+            let e = try inode(s, ino)
+            guard e.kind == .directory else { throw FSError.notADirectory }
+            let location = try self.location(s, ino)
+            // Files owed to the server make it not empty, though the server does not know them yet.
+            for c in e.directory?.children.values ?? [:].values {
+                if let ce = s.inodes[c], !ce.unlinked, ce.hasLocalState { throw FSError.notEmpty }
+            }
+            if s.recovered.keys.contains(where: { $0.isWithin(location) && $0 != location }) { throw FSError.notEmpty }
+            return location
+        }
+        guard let ns = location.namespace else { throw FSError.notPermitted }
+        if location.path.isRoot {
+            try await remote { try await store.deleteNamespace(ns, recursive: false) }
+        } else {
+            try await remote { try await store.removeFolder(ns, location.path) }
+        }
+        state.withLock { s in
+            removeName(&s, parent: parent, name: name, ino: ino)
+            if s.inodes[parent]?.attributes.nlink ?? 0 > 2 { s.inodes[parent]?.attributes.nlink -= 1 }
+            s.namespaces = nil
+        }
+        urls.forget(under: location)
+    }
+
+    /// Takes a name out of a folder; the inode goes once nothing holds it.
+    func removeName(_ s: inout State, parent: InodeNumber, name: String, ino: InodeNumber) {
+        if s.inodes[parent]?.directory?.children[name] == ino { s.inodes[parent]?.directory?.children[name] = nil }
+        s.inodes[parent]?.directory?.negative[name] = .now + configuration.negativeTTL
+        touchDirectory(&s, parent)
+        guard var e = s.inodes[ino] else { return }
+        if e.kind != .directory && e.attributes.nlink > 1 {
+            e.attributes.nlink -= 1
+            e.attributes.ctime = .now
+            // Its primary name is gone; another name will be found by the next lookup.
+            e.validUntil = .now
+            s.inodes[ino] = e
+            return
+        }
+        e.unlinked = true
+        e.attributes.nlink = 0
+        e.attributes.ctime = .now
+        if let r = e.remote, s.byRemote[r.ino] == ino { s.byRemote[r.ino] = nil }
+        if e.openHandles == 0 {
+            e.local = nil
+            if e.lookups == 0 {
+                s.inodes[ino] = nil
+                return
+            }
+        }
+        s.inodes[ino] = e
+    }
+
+    public func unlink(parent: InodeNumber, name: String) async throws(FSError) {
+        guard !configuration.readOnly else { throw FSError.readOnly }
+        let ino = try await findChild(parent, name)
+        let (location, owed, isRemote, lastName) = try state.withLock { (s: inout State) throws(FSError) -> (Location, [Int64], Bool, Bool) in
+            let e = try inode(s, ino)
+            guard e.kind != .directory else { throw FSError.isADirectory }
+            return (try self.location(s, ino), e.owedUploads + (e.local?.heldUpload.map { [$0] } ?? []), e.remote != nil, e.attributes.nlink <= 1)
+        }
+        var stored = isRemote
+        if lastName {
+            // Its content will never be needed on the server: stop what is owed.
+            for id in owed where await cancelUpload(id, ino: ino) != nil { stored = true }
+        }
+        if stored, let ns = location.namespace {
+            do {
+                try await store.delete(ns, location.path, ifMatch: nil)
+            } catch let e as StorageError where e.kind == .notFound {
+            } catch {
+                throw FSError.from(error)
+            }
+        }
+        state.withLock { s in
+            for id in owed where lastName {
+                s.uploadOwner[id] = nil
+            }
+            if lastName {
+                s.inodes[ino]?.upload = nil
+                s.inodes[ino]?.olderUploads = []
+                s.inodes[ino]?.local?.heldUpload = nil
+            }
+            removeName(&s, parent: parent, name: name, ino: ino)
+        }
+        urls.forget(location)
+    }
+
+    /// rename(2), with `RENAME_NOREPLACE` and `RENAME_EXCHANGE`.
+    public func rename(parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, noReplace: Bool = false, exchange: Bool = false) async throws(FSError) {
+        try Self.validate(name: newName)
+        guard !configuration.readOnly else { throw FSError.readOnly }
+        let src = try await findChild(parent, name)
+        let dst: InodeNumber?
+        do {
+            dst = try await findChild(newParent, newName)
+        } catch .notFound {
+            dst = nil
+        }
+        if noReplace && dst != nil { throw FSError.exists }
+        if exchange && dst == nil { throw FSError.notFound }
+        if src == dst { return }
+        let (srcLoc, dstLoc, srcEntry, dstEntry) = try state.withLock { (s: inout State) throws(FSError) -> (Location, Location, InodeEntry, InodeEntry?) in
+            let se = try inode(s, src)
+            let de = dst.flatMap { s.inodes[$0] }
+            let from = try self.location(s, src)
+            let to = try child(try self.location(s, newParent), newName)
+            guard from.namespace != nil, to.namespace != nil, !from.path.isRoot, !to.path.isRoot else { throw FSError.notPermitted }
+            guard from.namespace == to.namespace else { throw FSError.crossDevice }
+            if se.kind == .directory && to.isWithin(from) { throw FSError.invalidArgument }
+            if let de, !exchange {
+                if se.kind == .directory && de.kind != .directory { throw FSError.notADirectory }
+                if se.kind != .directory && de.kind == .directory { throw FSError.isADirectory }
+                if de.kind == .directory {
+                    for c in de.directory?.children.values ?? [:].values where s.inodes[c].map({ !$0.unlinked && $0.hasLocalState }) == true {
+                        throw FSError.notEmpty
+                    }
+                }
+            }
+            return (from, to, se, de)
+        }
+        let ns = srcLoc.namespace!
+        if exchange {
+            // Rare: let what is owed on both sides land first, then swap on the server.
+            await settle(srcLoc)
+            await settle(dstLoc)
+            _ = try await remote { try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: false, exchange: true) }
+            state.withLock { s in
+                s.inodes[parent]?.directory?.children[name] = dst
+                s.inodes[newParent]?.directory?.children[newName] = src
+                s.inodes[src]?.parent = newParent
+                s.inodes[src]?.name = newName
+                s.inodes[dst!]?.parent = parent
+                s.inodes[dst!]?.name = name
+                s.inodes[src]?.attributes.ctime = .now
+                s.inodes[dst!]?.attributes.ctime = .now
+                touchDirectory(&s, parent)
+                touchDirectory(&s, newParent)
+            }
+            urls.forget(under: srcLoc)
+            urls.forget(under: dstLoc)
+            return
+        }
+        // Uploads owed under the old name follow it (interrupted and restarted if running).
+        let moving: [(id: Int64, from: Location)]
+        if srcEntry.kind == .directory {
+            moving = await queue.records(under: srcLoc).map { ($0.id, $0.location) }
+        } else {
+            moving = (srcEntry.owedUploads + (srcEntry.local?.heldUpload.map { [$0] } ?? [])).map { ($0, srcLoc) }
+        }
+        var needsServerRename = srcEntry.kind == .directory || srcEntry.remote != nil
+        var retargeted: [(Int64, Location)] = []
+        for m in moving {
+            let outcome = await queue.retarget(m.id, to: m.from.rebased(from: srcLoc, to: dstLoc))
+            if case .alreadyStored = outcome { needsServerRename = true } else { retargeted.append((m.id, m.from)) }
+        }
+        // What the target held is replaced: its owed uploads will not happen.
+        if let d = dstEntry, d.kind != .directory, d.attributes.nlink <= 1 {
+            for id in d.owedUploads + (d.local?.heldUpload.map { [$0] } ?? []) { _ = await cancelUpload(id, ino: d.ino) }
+        }
+        if needsServerRename {
+            do {
+                _ = try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: true, exchange: false)
+            } catch {
+                for (id, from) in retargeted { _ = await queue.retarget(id, to: from) }
+                throw FSError.from(error)
+            }
+        }
+        state.withLock { s in
+            if let dst {
+                removeName(&s, parent: newParent, name: newName, ino: dst)
+                if srcEntry.kind == .directory && s.inodes[newParent]?.attributes.nlink ?? 0 > 2 { s.inodes[newParent]?.attributes.nlink -= 1 }
+            }
+            if s.inodes[parent]?.directory?.children[name] == src { s.inodes[parent]?.directory?.children[name] = nil }
+            s.inodes[parent]?.directory?.negative[name] = .now + configuration.negativeTTL
+            s.inodes[newParent]?.directory?.children[newName] = src
+            s.inodes[newParent]?.directory?.negative[newName] = nil
+            s.inodes[src]?.parent = newParent
+            s.inodes[src]?.name = newName
+            s.inodes[src]?.attributes.ctime = .now
+            if srcEntry.kind == .directory && parent != newParent {
+                s.inodes[parent]?.attributes.nlink -= 1
+                s.inodes[newParent]?.attributes.nlink += 1
+            }
+            touchDirectory(&s, parent)
+            touchDirectory(&s, newParent)
+            // Recovered uploads move too.
+            for (loc, r) in s.recovered where loc.isWithin(srcLoc) {
+                s.recovered[loc] = nil
+                var moved = r
+                moved.location = loc.rebased(from: srcLoc, to: dstLoc)
+                s.recovered[moved.location] = moved
+            }
+        }
+        urls.forget(under: srcLoc)
+        urls.forget(under: dstLoc)
+    }
+
+    /// Waits until nothing is owed to the server at or under `location`.
+    func settle(_ location: Location) async {
+        let inodes: [InodeNumber] = state.withLock { s in
+            s.inodes.values.filter { $0.local?.dirty == true && ((try? self.location(s, $0.ino).isWithin(location)) ?? false) }.map(\.ino)
+        }
+        for ino in inodes { await submit(ino, onlyIfClosed: false) }
+        let ids = await queue.records(under: location).map(\.id)
+        await queue.waitUntilDone(Set(ids))
+    }
+
+    /// A hard link `newName` in `newParent` to `ino`.
+    public func link(_ ino: InodeNumber, newParent: InodeNumber, newName: String) async throws(FSError) -> Entry {
+        try Self.validate(name: newName)
+        guard !configuration.readOnly else { throw FSError.readOnly }
+        let (from, to) = try state.withLock { (s: inout State) throws(FSError) -> (Location, Location) in
+            let e = try inode(s, ino)
+            guard e.kind != .directory else { throw FSError.notPermitted }
+            let from = try self.location(s, ino)
+            let to = try child(try self.location(s, newParent), newName)
+            guard from.namespace == to.namespace else { throw FSError.crossDevice }
+            return (from, to)
+        }
+        // The server links stored inodes: what is owed lands first.
+        await settle(from)
+        let record = try await remote { try await store.link(from.namespace!, from: from.path, to: to.path) }
+        return state.withLock { s in
+            s.inodes[newParent]?.directory?.children[newName] = ino
+            s.inodes[newParent]?.directory?.negative[newName] = nil
+            s.inodes[ino]?.attributes.nlink = record.nlink
+            s.inodes[ino]?.attributes.ctime = TimeSpec(nanoseconds: record.ctimeNs)
+            s.inodes[ino]?.lookups += 1
+            if s.inodes[ino]?.remote == nil { s.inodes[ino]?.remote = RemoteInfo(ino: record.inode, etag: record.etag, id: record.id) }
+            s.byRemote[record.inode] = ino
+            touchDirectory(&s, newParent)
+            return entry(s.inodes[ino]!)
+        }
+    }
+
+    public func symlink(target: String, parent: InodeNumber, name: String, caller: Caller) async throws(FSError) -> Entry {
+        try await makeNode(parent: parent, name: name, NodeRequest(kind: .symlink, mode: 0o777, uid: caller.uid, gid: caller.gid, target: target))
+    }
+
+    public func readlink(_ ino: InodeNumber) async throws(FSError) -> String {
+        if let t = state.withLock({ $0.inodes[ino]?.meta.target }) { return t }
+        _ = try await getattr(ino)
+        guard let t = state.withLock({ $0.inodes[ino]?.meta.target }) else { throw FSError.invalidArgument }
+        return t
+    }
+
+    /// mknod(2): fifos, sockets and device nodes; a regular file is an empty file.
+    public func mknod(parent: InodeNumber, name: String, mode: UInt32, rdev: UInt64, caller: Caller) async throws(FSError) -> Entry {
+        let type = mode & 0o170000
+        let kind: NodeKind
+        switch type {
+        case 0o010000: kind = .fifo
+        case 0o140000: kind = .socket
+        case 0o020000: kind = .characterDevice
+        case 0o060000: kind = .blockDevice
+        case 0o100000, 0:
+            let (entry, opened) = try await create(parent: parent, name: name, mode: mode & 0o7777, caller: caller)
+            await release(entry.ino, handle: opened.handle)
+            return entry
+        default: throw FSError.invalidArgument
+        }
+        return try await makeNode(
+            parent: parent, name: name,
+            NodeRequest(kind: kind, mode: mode & 0o7777, uid: caller.uid, gid: caller.gid, rdev: kind == .characterDevice || kind == .blockDevice ? rdev : nil))
+    }
+
+    func makeNode(parent: InodeNumber, name: String, _ request: NodeRequest) async throws(FSError) -> Entry {
+        try Self.validate(name: name)
+        guard !configuration.readOnly else { throw FSError.readOnly }
+        let location = try state.withLock { (s: inout State) throws(FSError) -> Location in try child(try self.location(s, parent), name) }
+        guard let ns = location.namespace, !location.path.isRoot else { throw FSError.notPermitted }
+        let record = try await remote { try await store.makeNode(ns, location.path, request) }
+        return state.withLock { s in
+            let ino = upsert(&s, record, parent: parent, name: name)
+            s.inodes[ino]?.lookups += 1
+            touchDirectory(&s, parent)
+            return entry(s.inodes[ino]!)
+        }
+    }
+
+    // MARK: - setattr
+
+    public func setattr(_ ino: InodeNumber, _ changes: AttributeChanges, handle: UInt64?) async throws(FSError) -> FileAttributes {
+        guard !configuration.readOnly else { throw FSError.readOnly }
+        if let size = changes.size { try await truncate(ino, to: Int64(size)) }
+        guard changes.mode != nil || changes.uid != nil || changes.gid != nil || changes.atime != nil || changes.mtime != nil else {
+            return try state.withLock { (s: inout State) throws(FSError) in try inode(s, ino).attributes }
+        }
+        let now = TimeSpec.now
+        func resolve(_ c: AttributeChanges.TimeChange?) -> TimeSpec? {
+            switch c {
+            case .none: nil
+            case .now: now
+            case .set(let t): t
+            }
+        }
+        let patch = FilePatch(
+            mode: changes.mode.map { $0 & 0o7777 }, uid: changes.uid, gid: changes.gid, atimeNs: resolve(changes.atime)?.nanoseconds,
+            mtimeNs: resolve(changes.mtime)?.nanoseconds)
+        let (owed, location, local) = try state.withLock { (s: inout State) throws(FSError) -> ([Int64], Location, Bool) in
+            var e = try inode(s, ino)
+            if let m = patch.mode { e.attributes.mode = m }
+            if let u = patch.uid { e.attributes.uid = u }
+            if let g = patch.gid { e.attributes.gid = g }
+            if let a = patch.atimeNs { e.attributes.atime = TimeSpec(nanoseconds: a) }
+            if let m = patch.mtimeNs { e.attributes.mtime = TimeSpec(nanoseconds: m) }
+            e.attributes.ctime = now
+            s.inodes[ino] = e
+            return (e.owedUploads + (e.local?.heldUpload.map { [$0] } ?? []), try self.location(s, ino), e.hasLocalState)
+        }
+        if local, try await amendOwed(ino, owed, patch: patch) {
+            // Travels with the upload (or right after it, if it started).
+        } else if let ns = location.namespace, !location.path.isRoot {
+            let record = try await remote { try await store.update(ns, location.path, patch, ifMatch: nil) }
+            state.withLock { s in
+                guard let e = s.inodes[ino] else { return }
+                upsert(&s, record, parent: e.parent, name: e.name)
+            }
+        }
+        return try state.withLock { (s: inout State) throws(FSError) in try inode(s, ino).attributes }
+    }
+
+    /// Updates the uploads owed for an inode with its current attributes and metadata.
+    /// - Returns: false when nothing is owed any more (the caller then changes the server itself).
+    func amendOwed(_ ino: InodeNumber, _ owed: [Int64], patch: FilePatch) async throws(FSError) -> Bool {
+        guard let e = state.withLock({ $0.inodes[ino] }) else { return false }
+        if e.local?.dirty == true { return true }  // the next upload takes the attributes as they are
+        let (params, ct, tags) = uploadParams(e)
+        var amended = false
+        for id in owed {
+            do {
+                if try await queue.amend(id, params: params, contentType: ct, tags: tags, patch: patch) { amended = true }
+            } catch {
+                throw FSError.from(error)
+            }
+        }
+        return amended
+    }
+
+    func truncate(_ ino: InodeNumber, to size: Int64) async throws(FSError) {
+        guard size >= 0 else { throw FSError.invalidArgument }
+        let remoteOnly = try state.withLock { (s: inout State) throws(FSError) -> Bool in
+            var e = try inode(s, ino)
+            guard e.kind == .file else { throw e.kind == .directory ? FSError.isADirectory : FSError.invalidArgument }
+            guard e.local != nil else { return true }
+            try ensureWritable(&e)
+            try e.local!.file.truncate(to: size)
+            e.local!.size = size
+            e.local!.dirty = true
+            e.attributes.size = UInt64(size)
+            e.attributes.mtime = .now
+            e.attributes.ctime = .now
+            s.inodes[ino] = e
+            return false
+        }
+        if !remoteOnly {
+            await submit(ino, onlyIfClosed: true)
+            return
+        }
+        let (location, current) = try state.withLock { (s: inout State) throws(FSError) -> (Location, UInt64) in
+            (try self.location(s, ino), try inode(s, ino).attributes.size)
+        }
+        guard UInt64(size) != current, let ns = location.namespace else { return }
+        let record = try await remote { try await store.update(ns, location.path, FilePatch(size: size), ifMatch: nil) }
+        state.withLock { s in
+            guard let e = s.inodes[ino] else { return }
+            upsert(&s, record, parent: e.parent, name: e.name)
+        }
+    }
+}

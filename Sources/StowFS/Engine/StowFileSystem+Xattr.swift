@@ -1,0 +1,156 @@
+import Foundation
+import Synchronization
+import StorageClient
+import StorageProtocol
+
+/// Extended attributes: tags and metadata as `user.*` names.
+///
+/// | name | meaning |
+/// | --- | --- |
+/// | `user.tags` | the file's tags, comma-separated |
+/// | `user.stow.content-type` | its content type (writable) |
+/// | `user.stow.public` | `true` / `false` (writable) |
+/// | `user.stow.id`, `user.stow.url`, `user.stow.status` | read-only: record id, a shareable URL, pending / uploading / stored / failed |
+/// | any other `user.X` | custom metadata key `X` |
+extension StowFileSystem {
+    public enum XattrFlag: Sendable { case any, create, replace }
+
+    static let tagsName = "user.tags"
+    static let contentTypeName = "user.stow.content-type"
+    static let publicName = "user.stow.public"
+    static let idName = "user.stow.id"
+    static let urlName = "user.stow.url"
+    static let statusName = "user.stow.status"
+    static let readOnlyNames: Set<String> = [idName, urlName, statusName]
+
+    public func listxattr(_ ino: InodeNumber) async throws(FSError) -> [String] {
+        let e = try state.withLock { (s: inout State) throws(FSError) in try inode(s, ino) }
+        var names: [String] = []
+        if !e.meta.tags.isEmpty { names.append(Self.tagsName) }
+        names += [Self.contentTypeName, Self.publicName, Self.statusName]
+        if e.remote != nil && !e.remote!.id.isEmpty { names += [Self.idName, Self.urlName] }
+        names += e.meta.metadata.keys.sorted().map { "user." + $0 }
+        return names
+    }
+
+    public func getxattr(_ ino: InodeNumber, name: String) async throws(FSError) -> [UInt8] {
+        guard name.hasPrefix("user.") else { throw FSError.noAttribute }
+        let e = try state.withLock { (s: inout State) throws(FSError) in try inode(s, ino) }
+        switch name {
+        case Self.tagsName:
+            guard !e.meta.tags.isEmpty else { throw FSError.noAttribute }
+            return Array(e.meta.tags.joined(separator: ",").utf8)
+        case Self.contentTypeName:
+            let type = e.meta.contentType ?? (e.kind == .directory ? "inode/directory" : ContentTypes.infer(fileName: e.name))
+            return Array(type.utf8)
+        case Self.publicName:
+            return Array((e.meta.isPublic ? "true" : "false").utf8)
+        case Self.statusName:
+            return Array(try await uploadStatus(ino).utf8)
+        case Self.idName:
+            guard let id = e.remote?.id, !id.isEmpty else { throw FSError.noAttribute }
+            return Array(id.utf8)
+        case Self.urlName:
+            return Array(try await shareableURL(ino).utf8)
+        default:
+            guard let v = e.meta.metadata[String(name.dropFirst(5))] else { throw FSError.noAttribute }
+            return Array(v.utf8)
+        }
+    }
+
+    public func setxattr(_ ino: InodeNumber, name: String, value: [UInt8], flag: XattrFlag) async throws(FSError) {
+        guard !configuration.readOnly else { throw FSError.readOnly }
+        guard name.hasPrefix("user.") else { throw FSError.notSupported }
+        guard !Self.readOnlyNames.contains(name) else { throw FSError.notPermitted }
+        guard let text = String(validating: value, as: UTF8.self), !text.utf8.contains(0) else { throw FSError.invalidArgument }
+        let exists = (try? await getxattr(ino, name: name)) != nil
+        if flag == .create && exists { throw FSError.exists }
+        if flag == .replace && !exists { throw FSError.noAttribute }
+        var patch = FilePatch()
+        switch name {
+        case Self.tagsName:
+            let tags = text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            guard tags.allSatisfy({ $0.utf8.count <= 128 }), tags.count <= 64 else { throw FSError.invalidArgument }
+            patch.tags = tags
+        case Self.contentTypeName:
+            guard ContentTypes.isValid(text) else { throw FSError.invalidArgument }
+            patch.contentType = text
+        case Self.publicName:
+            switch text.lowercased().trimmingCharacters(in: .whitespacesAndNewlines) {
+            case "true", "1", "yes": patch.isPublic = true
+            case "false", "0", "no", "": patch.isPublic = false
+            default: throw FSError.invalidArgument
+            }
+        default:
+            let key = String(name.dropFirst(5))
+            guard !key.isEmpty, key.utf8.count <= 200, value.count <= 65536 else { throw value.count > 65536 ? FSError.attributeTooLarge : FSError.invalidArgument }
+            patch.metadataSet = [key: text]
+        }
+        try await applyMeta(ino, patch)
+    }
+
+    public func removexattr(_ ino: InodeNumber, name: String) async throws(FSError) {
+        guard !configuration.readOnly else { throw FSError.readOnly }
+        guard name.hasPrefix("user.") else { throw FSError.noAttribute }
+        guard !Self.readOnlyNames.contains(name) else { throw FSError.notPermitted }
+        _ = try await getxattr(ino, name: name)
+        var patch = FilePatch()
+        switch name {
+        case Self.tagsName: patch.tags = []
+        case Self.contentTypeName: patch.contentType = ContentTypes.fallback
+        case Self.publicName: patch.isPublic = false
+        default: patch.metadataRemove = [String(name.dropFirst(5))]
+        }
+        try await applyMeta(ino, patch)
+    }
+
+    /// Applies a metadata change locally, then with the owed upload or on the server.
+    func applyMeta(_ ino: InodeNumber, _ patch: FilePatch) async throws(FSError) {
+        let (owed, location, local) = try state.withLock { (s: inout State) throws(FSError) -> ([Int64], Location, Bool) in
+            var e = try inode(s, ino)
+            if let t = patch.tags { e.meta.tags = t }
+            if let c = patch.contentType { e.meta.contentType = c }
+            if let p = patch.isPublic { e.meta.isPublic = p }
+            for (k, v) in patch.metadataSet ?? [:] { e.meta.metadata[k] = v }
+            for k in patch.metadataRemove ?? [] { e.meta.metadata[k] = nil }
+            e.attributes.ctime = .now
+            s.inodes[ino] = e
+            return (e.owedUploads + (e.local?.heldUpload.map { [$0] } ?? []), try self.location(s, ino), e.hasLocalState)
+        }
+        if local, try await amendOwed(ino, owed, patch: patch) { return }
+        guard let ns = location.namespace, !location.path.isRoot else { throw FSError.notSupported }
+        let record = try await remote { try await store.update(ns, location.path, patch, ifMatch: nil) }
+        state.withLock { s in
+            guard let e = s.inodes[ino] else { return }
+            upsert(&s, record, parent: e.parent, name: e.name)
+        }
+    }
+
+    /// pending (owed, waiting), uploading (being sent), failed (refused, kept and retried), stored.
+    func uploadStatus(_ ino: InodeNumber) async throws(FSError) -> String {
+        let e = try state.withLock { (s: inout State) throws(FSError) in try inode(s, ino) }
+        if e.local?.dirty == true { return "pending" }
+        let owed = e.owedUploads
+        if owed.isEmpty { return e.remote != nil ? "stored" : "pending" }
+        for id in owed where await queue.isRunning(id) { return "uploading" }
+        for id in owed where await queue.record(id)?.state == .failed { return "failed" }
+        return "pending"
+    }
+
+    /// A URL to share: the public CDN URL of a public file, else a signed URL valid 7 days.
+    /// A file still owed to the server is uploaded first.
+    func shareableURL(_ ino: InodeNumber) async throws(FSError) -> String {
+        if state.withLock({ $0.inodes[ino]?.hasLocalState }) == true {
+            await submit(ino, onlyIfClosed: false)
+            let owed = state.withLock { $0.inodes[ino]?.owedUploads ?? [] }
+            await queue.waitUntilDone(Set(owed))
+        }
+        let (location, isPublic) = try state.withLock { (s: inout State) throws(FSError) -> (Location, Bool) in
+            (try self.location(s, ino), try inode(s, ino).meta.isPublic)
+        }
+        guard let ns = location.namespace, !location.path.isRoot else { throw FSError.noAttribute }
+        let signed = try await remote { try await store.signedURLs(ns, [location.path], expiry: 7 * 24 * 3600 - 60) }
+        guard let url = signed.first?.signedUrl else { throw FSError.noAttribute }
+        return isPublic ? String(url.split(separator: "?").first ?? Substring(url)) : url
+    }
+}

@@ -1,0 +1,356 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+public import Logging
+public import StorageClient
+import StorageProtocol
+import Synchronization
+
+/// The filesystem engine: FUSE-free and `async`, driven by FuseKit or directly by tests.
+///
+/// ## Model
+/// Every inode the kernel knows is an `InodeEntry` in one table, keyed by the FUSE inode number:
+/// the server's inode number for stored files (stable across remounts), a local number
+/// (≥ `InodeNumber.firstLocal`) for files created here and not yet stored. An entry knows its
+/// parent and name (its primary name), so its location is found by walking up to the root.
+///
+/// A file is either **remote** (its bytes are on the server; reads go through signed URLs into the
+/// block cache) or has a **local copy** (`LocalContent`: a cache file that writes go to). A local copy
+/// that changed is handed to the `UploadQueue` on close, as an immutable snapshot: later writes go
+/// to a copy. When the queue reports it stored, the inode becomes remote with the new ETag and the
+/// local copy is dropped.
+///
+/// Metadata changes are written through to the server (mkdir, rmdir, unlink, rename, chmod …),
+/// except for files whose upload is still owed: those changes travel with the upload, and a
+/// rename of such a file re-targets its upload instead of touching the server.
+///
+/// ## Caches
+/// Attributes and directory listings from the server are trusted for `attributeTTL`; "no such
+/// file" for `negativeTTL`. The mount's own changes update them at once. Local state (files with a
+/// local copy or an upload owed) never expires.
+///
+/// ## Concurrency
+/// All state is in one `Mutex<State>`, held only for short, synchronous steps, never across an
+/// `await`. LOCK ORDERING: `state` is the only lock here; `BlockCache`, `SignedURLCache` and
+/// `ProgressBoard` have their own, are never taken while `state` is held by code that then takes
+/// `state` again, and the `UploadQueue` actor is never called with `state` held.
+public final class StowFileSystem: Sendable {
+    public let configuration: MountConfiguration
+    let store: any ObjectStore
+    let queue: UploadQueue
+    let blocks: BlockCache
+    let urls = SignedURLCache()
+    let prefetching = InflightBlocks()
+    let logger: Logger
+    let state: Mutex<State>
+    let filesDirectory: String
+
+    struct RemoteInfo: Sendable, Equatable {
+        var ino: UInt64
+        var etag: String
+        var id: String
+    }
+
+    /// xattr-visible metadata of a file.
+    struct FileMeta: Sendable, Equatable {
+        var tags: [String] = []
+        var metadata: [String: String] = [:]
+        var contentType: String?
+        var isPublic = false
+        var target: String?
+    }
+
+    struct LocalContent: Sendable {
+        var file: CacheFile
+        var size: Int64
+        /// Written since the last snapshot went to the queue.
+        var dirty: Bool
+        var writers: Int
+        /// Handed to the queue: writes must go to a copy.
+        var frozen: Bool
+        /// The journal record holding this content while the file is open (durable after flush).
+        var heldUpload: Int64?
+    }
+
+    struct DirectoryState: Sendable {
+        var children: [String: InodeNumber] = [:]
+        var complete = false
+        var validUntil: ContinuousClock.Instant = .now
+        var negative: [String: ContinuousClock.Instant] = [:]
+    }
+
+    struct InodeEntry: Sendable {
+        var ino: InodeNumber
+        var parent: InodeNumber
+        var name: String
+        var attributes: FileAttributes
+        var validUntil: ContinuousClock.Instant
+        var remote: RemoteInfo?
+        var meta = FileMeta()
+        var lookups: UInt64 = 0
+        var openHandles = 0
+        var local: LocalContent?
+        /// The newest upload owed for this inode, and older ones still running.
+        var upload: Int64?
+        var olderUploads: Set<Int64> = []
+        var unlinked = false
+        var directory: DirectoryState?
+        /// The ETag whose bytes the kernel's page cache may hold.
+        var pageCacheETag: String?
+
+        var kind: NodeKind { attributes.kind }
+        var hasLocalState: Bool { local != nil || upload != nil || !olderUploads.isEmpty }
+        var owedUploads: [Int64] { (upload.map { [$0] } ?? []) + olderUploads.sorted() }
+    }
+
+    struct Handle: Sendable {
+        var ino: InodeNumber
+        var writable: Bool
+        var etag: String?
+        var readAhead: ReadAhead
+        var listing: [DirectoryEntry]?
+    }
+
+    struct State: Sendable {
+        var inodes: [InodeNumber: InodeEntry] = [:]
+        var byRemote: [UInt64: InodeNumber] = [:]
+        var handles: [UInt64: Handle] = [:]
+        var nextHandle: UInt64 = 1
+        var nextLocal: InodeNumber = .firstLocal
+        /// Which inode each owed upload belongs to.
+        var uploadOwner: [Int64: InodeNumber] = [:]
+        /// Uploads recovered from the journal that no inode has claimed yet.
+        var recovered: [Location: UploadJournal.Record] = [:]
+        /// Namespaces (the root listing of a `--all` mount), cached.
+        var namespaces: [String: UInt64]?
+        var namespacesValidUntil: ContinuousClock.Instant = .now
+    }
+
+    /// Creates the engine over a store and a cache folder; recovers uploads left in its journal.
+    public init(configuration: MountConfiguration, store: any ObjectStore, logger: Logger = Logger(label: "stowfs")) async throws {
+        self.configuration = configuration
+        self.store = store
+        self.logger = logger
+        let dir = configuration.cacheDirectory
+        filesDirectory = dir + "/files"
+        try FileManager.default.createDirectory(atPath: filesDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let journal = try UploadJournal(path: dir + "/journal.sqlite")
+        queue = try UploadQueue(
+            journal: journal, store: store, parallelism: configuration.uploadParallelism, chunkSize: configuration.uploadChunkSize, logger: logger)
+        blocks = try BlockCache(directory: dir + "/blocks", blockSize: configuration.blockSize, capacity: configuration.cacheSize)
+
+        var s = State()
+        let now = TimeSpec.now
+        let rootRemote: UInt64?
+        switch configuration.scope {
+        case .namespace(let ns):
+            let info = try await Self.namespaceRecord(store, ns)
+            rootRemote = info.rootInode
+        case .all:
+            rootRemote = nil
+        }
+        let rootAttributes = FileAttributes(
+            ino: .root, kind: .directory, mode: 0o777 & ~configuration.umask, uid: configuration.defaultUID, gid: configuration.defaultGID,
+            size: 0, nlink: 2, atime: now, mtime: now, ctime: now)
+        s.inodes[.root] = InodeEntry(
+            ino: .root, parent: 0, name: "", attributes: rootAttributes, validUntil: .now,
+            remote: rootRemote.map { RemoteInfo(ino: $0, etag: "", id: "") }, directory: DirectoryState())
+        if let rootRemote { s.byRemote[rootRemote] = .root }
+        let recovered = await queue.recovered
+        for r in recovered { s.recovered[r.location] = r }
+        state = Mutex(s)
+        if !recovered.isEmpty { logger.info("resuming \(recovered.count) upload(s) left from the last mount") }
+        await queue.setOnFinished { [weak self] finished in self?.uploadFinished(finished) }
+        // Files the journal no longer names are left from a crash between an upload's end and its cleanup.
+        let owed = Set(recovered.map(\.cacheFile))
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: filesDirectory)) ?? [] where !owed.contains(filesDirectory + "/" + name) {
+            Glibc.unlink(filesDirectory + "/" + name)
+        }
+    }
+
+    /// Starts the background uploads.
+    public func start() async { await queue.start() }
+
+    static func namespaceRecord(_ store: any ObjectStore, _ ns: Namespace) async throws -> NamespaceRecord {
+        guard let info = try await store.namespaces().first(where: { $0.name == ns.name }) else {
+            throw StorageError(.notFound, "namespace `\(ns)` does not exist on the server", status: 404)
+        }
+        return info
+    }
+
+    // MARK: - Locations and attributes (call with the state held)
+
+    /// The location of an inode, by walking its parents.
+    func location(_ s: State, _ ino: InodeNumber) throws(FSError) -> Location {
+        var names: [String] = []
+        var current = ino
+        while current != .root {
+            guard let e = s.inodes[current], !e.unlinked || current == ino else { throw FSError.notFound }
+            names.append(e.name)
+            current = e.parent
+            if names.count > 4096 { throw FSError.io("inode \(ino) has no path to the root") }
+        }
+        names.reverse()
+        switch configuration.scope {
+        case .namespace(let ns):
+            return Location(namespace: ns, path: try Self.path(names))
+        case .all:
+            guard let first = names.first else { return Location(namespace: nil, path: .root) }
+            guard let ns = try? Namespace(first) else { throw FSError.notFound }
+            return Location(namespace: ns, path: try Self.path(Array(names.dropFirst())))
+        }
+    }
+
+    static func path(_ names: [String]) throws(FSError) -> StoragePath {
+        do {
+            return try StoragePath(segments: names)
+        } catch .pathTooLong {
+            throw FSError.nameTooLong
+        } catch .segmentTooLong {
+            throw FSError.nameTooLong
+        } catch {
+            throw FSError.invalidArgument
+        }
+    }
+
+    /// Checks a name the kernel gave us.
+    static func validate(name: String) throws(FSError) {
+        do {
+            try StoragePath.validate(segment: name)
+        } catch .segmentTooLong {
+            throw FSError.nameTooLong
+        } catch {
+            throw FSError.invalidArgument
+        }
+    }
+
+    func child(_ parent: Location, _ name: String) throws(FSError) -> Location {
+        if parent.namespace == nil {
+            guard let ns = try? Namespace(name) else { throw FSError.notFound }
+            return Location(namespace: ns, path: .root)
+        }
+        do {
+            return Location(namespace: parent.namespace, path: try parent.path.appending(name))
+        } catch .pathTooLong {
+            throw FSError.nameTooLong
+        } catch .segmentTooLong {
+            throw FSError.nameTooLong
+        } catch {
+            throw FSError.invalidArgument
+        }
+    }
+
+    func defaultMode(_ kind: NodeKind) -> UInt32 {
+        switch kind {
+        case .directory: 0o777 & ~configuration.umask
+        case .symlink: 0o777
+        default: 0o666 & ~configuration.umask
+        }
+    }
+
+    func attributes(_ r: FileRecord, ino: InodeNumber) -> FileAttributes {
+        FileAttributes(
+            ino: ino, kind: r.kind, mode: r.mode ?? defaultMode(r.kind), uid: r.uid ?? configuration.defaultUID, gid: r.gid ?? configuration.defaultGID,
+            size: UInt64(max(0, r.size)), nlink: max(1, r.nlink), atime: TimeSpec(nanoseconds: r.atimeNs), mtime: TimeSpec(nanoseconds: r.mtimeNs),
+            ctime: TimeSpec(nanoseconds: r.ctimeNs), rdev: r.rdev ?? 0)
+    }
+
+    func entry(_ e: InodeEntry) -> Entry {
+        let local = e.hasLocalState
+        return Entry(
+            attributes: e.attributes, attributeTTL: local ? configuration.attributeTTL : configuration.attributeTTL,
+            entryTTL: configuration.entryTTL)
+    }
+
+    /// Records what the server said of `name` in `parent`; returns the inode.
+    @discardableResult
+    func upsert(_ s: inout State, _ r: FileRecord, parent: InodeNumber, name: String) -> InodeNumber {
+        let validUntil = ContinuousClock.now + configuration.attributeTTL
+        if let ino = s.byRemote[r.inode], var e = s.inodes[ino], e.kind == r.kind {
+            if e.local == nil && e.upload == nil {
+                e.attributes = attributes(r, ino: ino)
+            } else {
+                // The local copy is newer than the server: keep its size and times.
+                let local = e.attributes
+                e.attributes = attributes(r, ino: ino)
+                e.attributes.size = local.size
+                e.attributes.mtime = local.mtime
+                e.attributes.ctime = local.ctime
+                e.attributes.mode = local.mode
+                e.attributes.uid = local.uid
+                e.attributes.gid = local.gid
+            }
+            if e.remote?.etag != r.etag, let old = e.remote?.etag, e.local == nil { blocks.drop(etag: old) }
+            e.remote = RemoteInfo(ino: r.inode, etag: r.etag, id: r.id)
+            if e.local == nil && e.upload == nil {
+                e.meta = FileMeta(tags: r.tags, metadata: r.metadata, contentType: r.contentType, isPublic: r.isPublic, target: r.target)
+            }
+            e.validUntil = validUntil
+            if s.inodes[e.parent]?.directory?.children[e.name] != ino {
+                // Its old name is gone (renamed elsewhere, or a hard link's other name): this one is primary now.
+                e.parent = parent
+                e.name = name
+                e.unlinked = false
+            }
+            if e.kind == .directory && e.directory == nil { e.directory = DirectoryState() }
+            s.inodes[ino] = e
+            s.inodes[parent]?.directory?.children[name] = ino
+            s.inodes[parent]?.directory?.negative[name] = nil
+            return ino
+        }
+        let ino = r.inode >= InodeNumber.firstLocal || s.inodes[r.inode] != nil ? newLocalInode(&s) : r.inode
+        var e = InodeEntry(
+            ino: ino, parent: parent, name: name, attributes: attributes(r, ino: ino), validUntil: validUntil,
+            remote: RemoteInfo(ino: r.inode, etag: r.etag, id: r.id))
+        e.meta = FileMeta(tags: r.tags, metadata: r.metadata, contentType: r.contentType, isPublic: r.isPublic, target: r.target)
+        if r.kind == .directory { e.directory = DirectoryState() }
+        if let old = s.inodes[parent]?.directory?.children[name], old != ino, var o = s.inodes[old], !o.hasLocalState {
+            // Another file took this name on the server.
+            o.unlinked = true
+            s.inodes[old] = o
+        }
+        s.inodes[ino] = e
+        s.byRemote[r.inode] = ino
+        s.inodes[parent]?.directory?.children[name] = ino
+        s.inodes[parent]?.directory?.negative[name] = nil
+        return ino
+    }
+
+    func newLocalInode(_ s: inout State) -> InodeNumber {
+        defer { s.nextLocal += 1 }
+        return s.nextLocal
+    }
+
+    /// A fresh path for a local copy.
+    func newCacheFilePath() -> String { filesDirectory + "/" + UUID().uuidString.lowercased() }
+
+    /// The inode, or `notFound`.
+    func inode(_ s: State, _ ino: InodeNumber) throws(FSError) -> InodeEntry {
+        guard let e = s.inodes[ino] else { throw FSError.notFound }
+        return e
+    }
+
+    /// Upload parameters for an inode's content (mode, owner, times, metadata).
+    func uploadParams(_ e: InodeEntry) -> (UploadParams, contentType: String?, tags: [String]?) {
+        let a = e.attributes
+        let p = UploadParams(
+            metadata: e.meta.metadata, isPublic: e.meta.isPublic, mode: a.mode, uid: a.uid, gid: a.gid, mtimeNs: a.mtime.nanoseconds,
+            atimeNs: a.atime.nanoseconds)
+        return (p, e.meta.contentType, e.meta.tags)
+    }
+
+    /// Runs a storage call, mapping its errors to `FSError`.
+    func remote<T>(_ body: () async throws -> T) async throws(FSError) -> T {
+        do {
+            return try await body()
+        } catch {
+            throw FSError.from(error)
+        }
+    }
+
+    func store(for location: Location) throws(FSError) -> Namespace {
+        guard let ns = location.namespace else { throw FSError.notPermitted }
+        return ns
+    }
+}

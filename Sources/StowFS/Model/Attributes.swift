@@ -1,0 +1,162 @@
+public import StorageProtocol
+
+/// A FUSE inode number. 1 is the root; remote inodes keep the server's number (≥ 16); files
+/// created in this mount and not yet stored get numbers from `InodeNumber.firstLocal` up.
+public typealias InodeNumber = UInt64
+
+extension InodeNumber {
+    public static let root: InodeNumber = 1
+    public static let firstLocal: InodeNumber = 1 << 48
+}
+
+/// Seconds and nanoseconds since the epoch, as `stat` has them.
+public struct TimeSpec: Sendable, Equatable, Comparable {
+    public var nanoseconds: Int64
+    public init(nanoseconds: Int64) { self.nanoseconds = nanoseconds }
+    public var seconds: Int64 { nanoseconds >= 0 ? nanoseconds / 1_000_000_000 : (nanoseconds - 999_999_999) / 1_000_000_000 }
+    public var subsecondNanoseconds: Int64 { nanoseconds - seconds * 1_000_000_000 }
+    public static var now: TimeSpec { TimeSpec(nanoseconds: Timestamp.nowNanoseconds()) }
+    public static func < (a: TimeSpec, b: TimeSpec) -> Bool { a.nanoseconds < b.nanoseconds }
+}
+
+/// What `stat` shows of an inode.
+public struct FileAttributes: Sendable, Equatable {
+    public var ino: InodeNumber
+    public var kind: NodeKind
+    /// Permission bits only (no file-type bits).
+    public var mode: UInt32
+    public var uid: UInt32
+    public var gid: UInt32
+    public var size: UInt64
+    public var nlink: UInt32
+    public var atime: TimeSpec
+    public var mtime: TimeSpec
+    public var ctime: TimeSpec
+    public var rdev: UInt64
+
+    public init(
+        ino: InodeNumber, kind: NodeKind, mode: UInt32, uid: UInt32, gid: UInt32, size: UInt64, nlink: UInt32, atime: TimeSpec, mtime: TimeSpec,
+        ctime: TimeSpec, rdev: UInt64 = 0
+    ) {
+        self.ino = ino
+        self.kind = kind
+        self.mode = mode
+        self.uid = uid
+        self.gid = gid
+        self.size = size
+        self.nlink = nlink
+        self.atime = atime
+        self.mtime = mtime
+        self.ctime = ctime
+        self.rdev = rdev
+    }
+
+    /// 512-byte blocks, as `du` counts them.
+    public var blocks: UInt64 { (size + 511) / 512 }
+}
+
+/// The answer to lookup, create, mkdir…: an inode with its attributes and how long the kernel may cache them.
+public struct Entry: Sendable, Equatable {
+    public var attributes: FileAttributes
+    public var attributeTTL: Duration
+    public var entryTTL: Duration
+    public var ino: InodeNumber { attributes.ino }
+}
+
+/// One entry of a directory listing.
+public struct DirectoryEntry: Sendable, Equatable {
+    public var name: String
+    public var ino: InodeNumber
+    public var kind: NodeKind
+    /// The cookie the kernel passes back to continue after this entry.
+    public var offset: Int64
+    /// Filled for readdirplus (the lookup count was taken).
+    public var entry: Entry?
+}
+
+/// Changes asked by setattr (chmod, chown, truncate, utimens).
+public struct AttributeChanges: Sendable, Equatable {
+    public enum TimeChange: Sendable, Equatable {
+        case now
+        case set(TimeSpec)
+    }
+
+    public var mode: UInt32?
+    public var uid: UInt32?
+    public var gid: UInt32?
+    public var size: UInt64?
+    public var atime: TimeChange?
+    public var mtime: TimeChange?
+
+    public init(mode: UInt32? = nil, uid: UInt32? = nil, gid: UInt32? = nil, size: UInt64? = nil, atime: TimeChange? = nil, mtime: TimeChange? = nil) {
+        self.mode = mode
+        self.uid = uid
+        self.gid = gid
+        self.size = size
+        self.atime = atime
+        self.mtime = mtime
+    }
+}
+
+/// The caller of an operation (from the FUSE request).
+public struct Caller: Sendable, Equatable {
+    public var uid: UInt32
+    public var gid: UInt32
+    public var pid: Int32
+    public init(uid: UInt32, gid: UInt32, pid: Int32 = 0) {
+        self.uid = uid
+        self.gid = gid
+        self.pid = pid
+    }
+    public static let root = Caller(uid: 0, gid: 0)
+}
+
+/// An open file.
+public struct OpenedFile: Sendable, Equatable {
+    public var handle: UInt64
+    /// Keep the kernel's page cache of this file (its content is unchanged since it was cached).
+    public var keepCache: Bool
+}
+
+/// Where a read's bytes are: a range of a local file (the block cache, or a file's local copy).
+/// The segment keeps its file open for as long as it lives.
+public struct FileSegment: Sendable {
+    public var file: CacheFile
+    public var offset: Int64
+    public var length: Int
+}
+
+/// `statfs`.
+public struct FileSystemStatistics: Sendable, Equatable {
+    public var blockSize: UInt32 = 4096
+    public var blocks: UInt64 = 1 << 40
+    public var freeBlocks: UInt64 = 1 << 40
+    public var files: UInt64 = 1 << 32
+    public var freeFiles: UInt64 = 1 << 32
+    public var nameMax: UInt32 = 255
+}
+
+/// A namespace and a path inside it; the namespace is nil only for the root of a `--all` mount.
+public struct Location: Hashable, Sendable, CustomStringConvertible {
+    public var namespace: Namespace?
+    public var path: StoragePath
+
+    public init(namespace: Namespace?, path: StoragePath) {
+        self.namespace = namespace
+        self.path = path
+    }
+
+    public var description: String { namespace.map { "\($0)/\(path)" } ?? "/" }
+
+    /// Whether this lies inside (or is) `other`.
+    public func isWithin(_ other: Location) -> Bool {
+        if other.namespace == nil { return true }
+        return namespace == other.namespace && path.isWithin(other.path)
+    }
+
+    /// `self` moved from under `old` to under `new`.
+    public func rebased(from old: Location, to new: Location) -> Location {
+        let rest = Array(path.segments.dropFirst(old.path.segments.count))
+        return Location(namespace: new.namespace, path: (try? StoragePath(segments: new.path.segments + rest)) ?? new.path)
+    }
+}

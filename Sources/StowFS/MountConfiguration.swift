@@ -1,0 +1,44 @@
+public import StorageProtocol
+
+/// How a mount behaves. The defaults are what `stowfs mount` uses.
+public struct MountConfiguration: Sendable {
+    public enum Scope: Sendable, Equatable {
+        /// One namespace is the root of the mount.
+        case namespace(Namespace)
+        /// The root lists the namespaces; mkdir/rmdir there create and delete them.
+        case all
+    }
+
+    public var scope: Scope
+    /// Where local copies, the block cache and the upload journal live.
+    public var cacheDirectory: String
+    /// Upper bound of the block cache on disk, in bytes.
+    public var cacheSize: Int64 = 2 << 30
+    /// Size of a cached block; reads from the server are multiples of it.
+    public var blockSize: Int = 1 << 20
+    /// How long lookups and attributes from the server are trusted (and the kernel may cache them).
+    public var attributeTTL: Duration = .seconds(5)
+    public var entryTTL: Duration = .seconds(5)
+    /// How long a "no such file" answer is trusted.
+    public var negativeTTL: Duration = .seconds(1)
+    /// Uploads in flight at once.
+    public var uploadParallelism: Int = 8
+    /// Largest read-ahead window of a sequential reader, in blocks.
+    public var maxReadAheadBlocks: Int = 16
+    /// Blocks fetched in one ranged GET at most.
+    public var maxBlocksPerRequest: Int = 8
+    /// Files above this go to the server in resumable chunks of this size.
+    public var uploadChunkSize: Int64 = 64 << 20
+    /// Defaults for inodes that carry no owner or mode.
+    public var defaultUID: UInt32 = 0
+    public var defaultGID: UInt32 = 0
+    public var umask: UInt32 = 0o022
+    public var readOnly: Bool = false
+    /// How long signed read URLs are asked for.
+    public var signedURLLifetime: Int = 3600
+
+    public init(scope: Scope, cacheDirectory: String) {
+        self.scope = scope
+        self.cacheDirectory = cacheDirectory
+    }
+}

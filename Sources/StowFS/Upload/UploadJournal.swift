@@ -1,0 +1,133 @@
+import Foundation
+import Synchronization
+import GRDB
+public import StorageProtocol
+
+/// The durable record of every upload the mount owes the server, in SQLite (GRDB) in the cache
+/// folder. A row is written (and fsynced) before `close(2)` returns for a changed file, and
+/// deleted only after the server confirmed the upload: a crash loses nothing in between.
+public final class UploadJournal: Sendable {
+    /// One upload owed to the server.
+    public struct Record: Sendable, Equatable {
+        public enum State: String, Sendable {
+            /// Flushed by close(2) but still open for writing: durable, not yet to be sent.
+            case held
+            /// Waiting for (or in) a send.
+            case queued
+            /// Refused by the server in a way retrying soon will not fix; still kept and retried slowly.
+            case failed
+        }
+
+        public var id: Int64
+        public var location: Location
+        /// The local file holding the content to send (immutable while queued).
+        public var cacheFile: String
+        public var size: Int64
+        public var params: UploadParams
+        public var contentType: String?
+        public var tags: [String]?
+        /// Changes to apply once the upload completed (set after it started).
+        public var patch: FilePatch?
+        /// The server's session, once started: a resumed upload continues it.
+        public var session: StartUploadResponse?
+        public var state: State
+        public var attempts: Int
+        public var lastError: String?
+        /// Milliseconds since the epoch before which no new attempt is made.
+        public var nextAttempt: Int64
+        public var created: Int64
+    }
+
+    private let db: DatabaseQueue
+
+    public init(path: String) throws {
+        var config = Configuration()
+        config.busyMode = .timeout(10)
+        config.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+        }
+        db = try DatabaseQueue(path: path, configuration: config)
+        try db.writeWithoutTransaction { try $0.execute(sql: "PRAGMA journal_mode = WAL") }
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE uploads (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        namespace TEXT NOT NULL,
+                        path TEXT NOT NULL,
+                        cache_file TEXT NOT NULL,
+                        size INTEGER NOT NULL,
+                        params TEXT NOT NULL,
+                        content_type TEXT,
+                        tags TEXT,
+                        patch TEXT,
+                        session TEXT,
+                        state TEXT NOT NULL,
+                        attempts INTEGER NOT NULL DEFAULT 0,
+                        last_error TEXT,
+                        next_attempt INTEGER NOT NULL DEFAULT 0,
+                        created INTEGER NOT NULL
+                    );
+                    """)
+        }
+        try migrator.migrate(db)
+    }
+
+    static func json<T: Encodable>(_ v: T?) -> String? { v.map { String(decoding: WireJSON.encode($0), as: UTF8.self) } }
+    static func decode<T: Decodable>(_ s: String?, _ t: T.Type) -> T? { s.flatMap { try? JSONDecoder().decode(T.self, from: Data($0.utf8)) } }
+
+    /// Adds a record; returns its id.
+    public func insert(
+        location: Location, cacheFile: String, size: Int64, params: UploadParams, contentType: String?, tags: [String]?, patch: FilePatch?,
+        state: Record.State
+    ) throws -> Int64 {
+        guard let ns = location.namespace else { throw FSError.notPermitted }
+        return try db.write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO uploads(namespace, path, cache_file, size, params, content_type, tags, patch, state, created)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                arguments: [
+                    ns.name, location.path.string, cacheFile, size, Self.json(params), contentType, Self.json(tags), Self.json(patch),
+                    state.rawValue, Int64(Date().timeIntervalSince1970 * 1000),
+                ])
+            return db.lastInsertedRowID
+        }
+    }
+
+    public func all() throws -> [Record] {
+        try db.read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM uploads ORDER BY id").compactMap { row in
+                guard let ns = try? Namespace(row["namespace"] as String), let path = try? StoragePath(row["path"] as String) else { return nil }
+                return Record(
+                    id: row["id"], location: Location(namespace: ns, path: path), cacheFile: row["cache_file"], size: row["size"],
+                    params: Self.decode(row["params"], UploadParams.self) ?? UploadParams(), contentType: row["content_type"],
+                    tags: Self.decode(row["tags"], [String].self), patch: Self.decode(row["patch"], FilePatch.self),
+                    session: Self.decode(row["session"], StartUploadResponse.self), state: Record.State(rawValue: row["state"]) ?? .queued,
+                    attempts: row["attempts"], lastError: row["last_error"], nextAttempt: row["next_attempt"], created: row["created"])
+            }
+        }
+    }
+
+    /// Writes every mutable field of a record.
+    public func update(_ r: Record) throws {
+        guard let ns = r.location.namespace else { return }
+        try db.write { db in
+            try db.execute(
+                sql: """
+                    UPDATE uploads SET namespace = ?, path = ?, cache_file = ?, size = ?, params = ?, content_type = ?, tags = ?, patch = ?,
+                        session = ?, state = ?, attempts = ?, last_error = ?, next_attempt = ? WHERE id = ?
+                    """,
+                arguments: [
+                    ns.name, r.location.path.string, r.cacheFile, r.size, Self.json(r.params), r.contentType, Self.json(r.tags), Self.json(r.patch),
+                    Self.json(r.session), r.state.rawValue, r.attempts, r.lastError, r.nextAttempt, r.id,
+                ])
+        }
+    }
+
+    public func delete(_ id: Int64) throws {
+        try db.write { db in try db.execute(sql: "DELETE FROM uploads WHERE id = ?", arguments: [id]) }
+    }
+}

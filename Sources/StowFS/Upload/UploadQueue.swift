@@ -1,0 +1,486 @@
+import Foundation
+public import Logging
+public import StorageClient
+public import StorageProtocol
+import Synchronization
+
+/// Sends the journal's uploads to the server in the background: start → send (resumable) →
+/// complete, several at a time, in order per path, retrying with backoff and never dropping one.
+///
+/// Rules:
+/// - uploads of one path run one at a time, oldest first, so an older content never lands after a newer one;
+/// - a transient failure (server unreachable, 5xx) waits 1, 2, 4 … 60 s and tries again; a refusal that
+///   retrying soon cannot fix (403, 409…) is kept as `failed` and tried again every 5 minutes;
+/// - an upload interrupted by a crash resumes its server session from the server's offset.
+public actor UploadQueue {
+    public struct Finished: Sendable {
+        public var id: Int64
+        public var location: Location
+        public var record: FileRecord
+        public var cacheFile: String
+    }
+
+    public enum CancelOutcome: Sendable, Equatable {
+        /// The upload will not happen (nothing of it is visible on the server).
+        case cancelled
+        /// It had completed already: the server has the file.
+        case alreadyStored(FileRecord)
+    }
+
+    let journal: UploadJournal
+    let store: any ObjectStore
+    let parallelism: Int
+    let chunkSize: Int64
+    let logger: Logger
+    private var records: [Int64: UploadJournal.Record] = [:]
+    private var running: [Int64: Task<FileRecord?, Never>] = [:]
+    private var cancelling: Set<Int64> = []
+    /// Records whose start request is on its way (their parameters are fixed).
+    private var starting: Set<Int64> = []
+    private var waiters: [(ids: Set<Int64>, continuation: CheckedContinuation<Void, Never>)] = []
+    private var onFinished: (@Sendable (Finished) async -> Void)?
+    private var scheduler: Task<Void, Never>?
+    private let wake = Wakeup()
+    private var stopped = false
+    private var uploadedFiles = 0
+    private var uploadedBytes: Int64 = 0
+    let progress = ProgressBoard()
+
+    public init(journal: UploadJournal, store: any ObjectStore, parallelism: Int, chunkSize: Int64, logger: Logger) throws {
+        self.journal = journal
+        self.store = store
+        self.parallelism = max(1, parallelism)
+        self.chunkSize = chunkSize
+        self.logger = logger
+        for var r in try journal.all() {
+            // Held records belonged to files open when the last mount ended: their last flushed
+            // content is what close(2) promised, so it goes now.
+            if r.state == .held || r.state == .failed {
+                r.state = .queued
+                r.nextAttempt = 0
+                try? journal.update(r)
+            }
+            records[r.id] = r
+        }
+    }
+
+    /// What the journal holds on start-up, for the engine to show as pending files.
+    public var recovered: [UploadJournal.Record] { records.values.sorted { $0.id < $1.id } }
+
+    public func setOnFinished(_ handler: @escaping @Sendable (Finished) async -> Void) { onFinished = handler }
+
+    /// Starts sending.
+    public func start() {
+        guard scheduler == nil else { return }
+        let wake = self.wake
+        scheduler = Task { [weak self] in
+            while !Task.isCancelled {
+                guard let self else { return }
+                let nextWake = await self.schedule()
+                // Sleep until something changes or the next retry is due.
+                await wake.wait(timeout: nextWake)
+            }
+        }
+        wake.signal()
+    }
+
+    /// Stops sending; uploads in flight are interrupted and resume on the next start.
+    public func stop() async {
+        stopped = true
+        scheduler?.cancel()
+        wake.signal()
+        scheduler = nil
+        let tasks = running.values
+        for t in tasks { t.cancel() }
+        for t in tasks { _ = await t.value }
+    }
+
+    // MARK: - Adding and changing records
+
+    /// Records an upload owed to the server; returns its id. `held`: not to be sent until `release`.
+    @discardableResult
+    public func enqueue(
+        location: Location, cacheFile: String, size: Int64, params: UploadParams, contentType: String?, tags: [String]?, held: Bool = false
+    ) throws -> Int64 {
+        let state: UploadJournal.Record.State = held ? .held : .queued
+        let id = try journal.insert(
+            location: location, cacheFile: cacheFile, size: size, params: params, contentType: contentType, tags: tags, patch: nil, state: state)
+        records[id] = UploadJournal.Record(
+            id: id, location: location, cacheFile: cacheFile, size: size, params: params, contentType: contentType, tags: tags, patch: nil,
+            session: nil, state: state, attempts: 0, lastError: nil, nextAttempt: 0, created: Int64(Date().timeIntervalSince1970 * 1000))
+        wake.signal()
+        return id
+    }
+
+    /// A held record's content changed (another flush of a file still open).
+    public func updateHeld(_ id: Int64, size: Int64, params: UploadParams) throws {
+        guard var r = records[id], r.state == .held else { return }
+        r.size = size
+        r.params = params
+        try journal.update(r)
+        records[id] = r
+    }
+
+    /// A held record may go now, with this final content. It goes to the end of the line (a new id:
+    /// its content is newer than anything queued before), and the new id is returned.
+    public func release(_ id: Int64, cacheFile: String, size: Int64, params: UploadParams) throws -> Int64 {
+        guard let held = records[id] else {
+            throw FSError.io("the journal lost record \(id)")
+        }
+        let newID = try enqueue(location: held.location, cacheFile: cacheFile, size: size, params: params, contentType: held.contentType, tags: held.tags)
+        if let patch = held.patch, var r = records[newID] {
+            r.patch = patch
+            try journal.update(r)
+            records[newID] = r
+        }
+        records[id] = nil
+        try? journal.delete(id)
+        notifyWaiters()
+        return newID
+    }
+
+    /// Changes to make with (or, if the upload already started, right after) the upload.
+    /// - Returns: false when the record is gone (stored already): the caller changes the server itself.
+    @discardableResult
+    public func amend(_ id: Int64, params: UploadParams, contentType: String?, tags: [String]?, patch: FilePatch?) throws -> Bool {
+        guard var r = records[id] else { return false }
+        if r.session == nil && !starting.contains(id) {
+            r.params = params
+            r.contentType = contentType
+            r.tags = tags
+        } else if let patch {
+            r.patch = Self.merge(r.patch, patch)
+        }
+        try journal.update(r)
+        records[id] = r
+        return true
+    }
+
+    static func merge(_ a: FilePatch?, _ b: FilePatch) -> FilePatch {
+        guard var m = a else { return b }
+        if let v = b.tags { m.tags = v }
+        if let v = b.metadata { m.metadata = v }
+        if let v = b.metadataSet { m.metadataSet = (m.metadataSet ?? [:]).merging(v) { $1 } }
+        if let v = b.metadataRemove { m.metadataRemove = (m.metadataRemove ?? []) + v }
+        if let v = b.contentType { m.contentType = v }
+        if let v = b.isPublic { m.isPublic = v }
+        if let v = b.mode { m.mode = v }
+        if let v = b.uid { m.uid = v }
+        if let v = b.gid { m.gid = v }
+        if let v = b.atimeNs { m.atimeNs = v }
+        if let v = b.mtimeNs { m.mtimeNs = v }
+        return m
+    }
+
+    /// Stops an upload for good (its file was deleted or replaced). If it had completed already, says so.
+    public func cancel(_ id: Int64) async -> CancelOutcome {
+        if let stored = await interrupt(id) { return .alreadyStored(stored) }
+        guard let r = records.removeValue(forKey: id) else { return .cancelled }
+        try? journal.delete(id)
+        abandon(r.session)
+        notifyWaiters()
+        return .cancelled
+    }
+
+    /// Points an upload at another path (its file was renamed). If it had completed already under the
+    /// old path, says so, and the caller renames on the server.
+    public func retarget(_ id: Int64, to location: Location) async -> CancelOutcome {
+        if let stored = await interrupt(id) { return .alreadyStored(stored) }
+        guard var r = records[id] else { return .cancelled }
+        abandon(r.session)
+        r.session = nil
+        r.location = location
+        try? journal.update(r)
+        records[id] = r
+        wake.signal()
+        return .cancelled
+    }
+
+    /// Stops a running upload and waits for it; returns its record if it completed anyway.
+    private func interrupt(_ id: Int64) async -> FileRecord? {
+        guard let task = running[id] else { return nil }
+        cancelling.insert(id)
+        task.cancel()
+        let result = await task.value
+        cancelling.remove(id)
+        return result
+    }
+
+    private func abandon(_ session: StartUploadResponse?) {
+        guard let session else { return }
+        let store = self.store
+        Task { try? await store.abandonUpload(session) }
+    }
+
+    // MARK: - Waiting and status
+
+    /// The highest id given out so far.
+    public var lastID: Int64 { records.keys.max() ?? 0 }
+
+    /// Waits until every record with an id up to `id` is stored (or cancelled).
+    public func waitUntilDone(upTo id: Int64) async {
+        await waitUntilDone(Set(records.keys.filter { $0 <= id }))
+    }
+
+    /// Waits until these records are stored (or cancelled).
+    public func waitUntilDone(_ ids: Set<Int64>) async {
+        let remaining = ids.filter { records[$0] != nil }
+        if remaining.isEmpty { return }
+        await withCheckedContinuation { waiters.append((remaining, $0)) }
+    }
+
+    private func notifyWaiters() {
+        waiters.removeAll { w in
+            if w.ids.contains(where: { records[$0] != nil }) { return false }
+            w.continuation.resume()
+            return true
+        }
+    }
+
+    public func records(under location: Location) -> [UploadJournal.Record] {
+        records.values.filter { $0.location.isWithin(location) }.sorted { $0.id < $1.id }
+    }
+
+    public func record(_ id: Int64) -> UploadJournal.Record? { records[id] }
+
+    public func isRunning(_ id: Int64) -> Bool { running[id] != nil }
+
+    public func status() -> QueueStatus {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let items = records.values.sorted { $0.id < $1.id }.map { r in
+            QueueStatus.Item(
+                id: r.id, path: r.location.description, size: r.size, sent: running[r.id] != nil ? progress.sent(r.id) : 0,
+                state: running[r.id] != nil ? "uploading" : r.state.rawValue, attempts: r.attempts, lastError: r.lastError,
+                retryInSeconds: r.nextAttempt > now ? Double(r.nextAttempt - now) / 1000 : nil)
+        }
+        return QueueStatus(
+            files: items.count, bytes: items.reduce(0) { $0 + $1.size }, bytesSent: items.reduce(0) { $0 + $1.sent },
+            uploading: running.count, failed: records.values.filter { $0.state == .failed }.count, uploadedFiles: uploadedFiles,
+            uploadedBytes: uploadedBytes, items: items)
+    }
+
+    // MARK: - Scheduling
+
+    /// Starts what may start; returns how long until a delayed record is due.
+    private func schedule() -> Duration {
+        guard !stopped else { return .seconds(3600) }
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        var nextDue: Int64 = .max
+        let busyLocations = Set(running.keys.compactMap { records[$0]?.location })
+        var seen = Set<Location>()
+        for r in records.values.sorted(by: { $0.id < $1.id }) {
+            guard running.count < parallelism else { break }
+            // A held record (a file still open) waits for its release and holds nobody up.
+            guard r.state != .held else { continue }
+            // Oldest first per path: a younger record waits for an older one of the same path.
+            if seen.contains(r.location) || busyLocations.contains(r.location) {
+                seen.insert(r.location)
+                continue
+            }
+            seen.insert(r.location)
+            guard running[r.id] == nil else { continue }
+            if r.nextAttempt > now {
+                nextDue = min(nextDue, r.nextAttempt)
+                continue
+            }
+            let id = r.id
+            running[id] = Task { await self.run(id) }
+        }
+        return nextDue == .max ? .seconds(3600) : .milliseconds(max(1, nextDue - now))
+    }
+
+    /// One attempt at one record. Returns the stored record when the upload completed.
+    private func run(_ id: Int64) async -> FileRecord? {
+        defer {
+            running[id] = nil
+            progress.clear(id)
+            wake.signal()
+        }
+        guard var r = records[id], let ns = r.location.namespace else { return nil }
+        do {
+            var known: Int64?
+            if r.session == nil {
+                var params = r.params
+                var tags = r.tags
+                var contentType = r.contentType
+                if let p = r.patch {
+                    // Changes made before the start go with it.
+                    // Not started yet: the changes go with the start.
+                    if let v = p.mode { params.mode = v }
+                    if let v = p.uid { params.uid = v }
+                    if let v = p.gid { params.gid = v }
+                    if let v = p.mtimeNs { params.mtimeNs = v }
+                    if let v = p.atimeNs { params.atimeNs = v }
+                    if let v = p.isPublic { params.isPublic = v }
+                    if let v = p.contentType { contentType = v }
+                    if let v = p.tags { tags = v }
+                    if let v = p.metadata { params.metadata = v }
+                    if let set = p.metadataSet { params.metadata = (params.metadata ?? [:]).merging(set) { $1 } }
+                    for k in p.metadataRemove ?? [] { params.metadata?[k] = nil }
+                }
+                r.params = params
+                r.tags = tags
+                r.contentType = contentType
+                r.patch = nil
+                try journal.update(r)
+                records[id] = r
+                starting.insert(id)
+                let session: StartUploadResponse
+                do {
+                    session = try await store.startUpload(
+                        ns, StartUploadRequest(fileName: r.location.path.string, contentType: contentType, size: r.size, tags: tags, params: params))
+                } catch {
+                    starting.remove(id)
+                    throw error
+                }
+                starting.remove(id)
+                // Changes that arrived during the start stay in `patch`, for after the complete.
+                guard var current = records[id], !cancelling.contains(id) else {
+                    abandon(session)
+                    return nil
+                }
+                current.session = session
+                try journal.update(current)
+                records[id] = current
+                r = current
+                known = 0
+            }
+            guard let session = r.session else { return nil }
+            let board = progress
+            var stored = try await store.resumeUpload(
+                session, from: .file(path: r.cacheFile), knownOffset: known,
+                options: UploadOptions(chunkSize: chunkSize, retry: RetryPolicy(attempts: 3, baseDelay: .milliseconds(300))),
+                progress: { sent, _ in board.set(id, sent) })
+            if let patch = records[id]?.patch {
+                stored = try await store.update(ns, r.location.path, patch, ifMatch: nil)
+            }
+            await finish(id, stored)
+            return stored
+        } catch {
+            if cancelling.contains(id) || stopped { return nil }
+            failed(id, error)
+            return nil
+        }
+    }
+
+    private func finish(_ id: Int64, _ stored: FileRecord) async {
+        guard let r = records.removeValue(forKey: id) else { return }
+        try? journal.delete(id)
+        uploadedFiles += 1
+        uploadedBytes += r.size
+        logger.debug("stored \(r.location) (\(r.size) bytes)")
+        await onFinished?(Finished(id: id, location: r.location, record: stored, cacheFile: r.cacheFile))
+        notifyWaiters()
+    }
+
+    private func failed(_ id: Int64, _ error: any Error) {
+        guard var r = records[id] else { return }
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        r.attempts += 1
+        r.lastError = "\(error)"
+        if let e = error as? StorageError {
+            switch e.kind {
+            case .unavailable, .localIO, .protocolViolation, .cancelled:
+                r.state = .queued
+                r.nextAttempt = now + min(60_000, 1000 << min(r.attempts - 1, 6))
+            case .notFound, .gone, .forbidden:
+                if r.session != nil {
+                    // The server forgot the session (expired link, garbage-collected): start again.
+                    r.session = nil
+                    r.state = .queued
+                    r.nextAttempt = now + 1000
+                } else {
+                    r.state = .failed
+                    r.nextAttempt = now + 300_000
+                }
+            case .incomplete, .offsetMismatch, .conflict:
+                r.state = .queued
+                r.nextAttempt = now + 1000
+            default:
+                r.state = .failed
+                r.nextAttempt = now + 300_000
+            }
+        } else {
+            r.state = .queued
+            r.nextAttempt = now + min(60_000, 1000 << min(r.attempts - 1, 6))
+        }
+        logger.warning("upload of \(r.location) failed (attempt \(r.attempts)): \(error)")
+        try? journal.update(r)
+        records[id] = r
+    }
+}
+
+/// Bytes sent so far per running upload, written from progress callbacks.
+final class ProgressBoard: Sendable {
+    private let sentByID = Mutex<[Int64: Int64]>([:])
+    func set(_ id: Int64, _ sent: Int64) { sentByID.withLock { $0[id] = sent } }
+    func sent(_ id: Int64) -> Int64 { sentByID.withLock { $0[id] ?? 0 } }
+    func clear(_ id: Int64) { sentByID.withLock { _ = $0.removeValue(forKey: id) } }
+}
+
+/// The upload queue at a glance (what `stowfs status` shows).
+public struct QueueStatus: Codable, Sendable, Equatable {
+    public struct Item: Codable, Sendable, Equatable {
+        public var id: Int64
+        public var path: String
+        public var size: Int64
+        public var sent: Int64
+        public var state: String
+        public var attempts: Int
+        public var lastError: String?
+        public var retryInSeconds: Double?
+    }
+
+    /// Files and bytes still owed to the server.
+    public var files: Int
+    public var bytes: Int64
+    public var bytesSent: Int64
+    public var uploading: Int
+    public var failed: Int
+    /// Stored since the mount started.
+    public var uploadedFiles: Int
+    public var uploadedBytes: Int64
+    public var items: [Item]
+}
+
+/// Wakes a sleeping loop early; a signal sent while nobody waits is kept for the next wait.
+final class Wakeup: Sendable {
+    private struct State {
+        var pending = false
+        var waiter: CheckedContinuation<Void, Never>?
+    }
+
+    private let state = Mutex(State())
+
+    func signal() {
+        let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
+            if let w = s.waiter {
+                s.waiter = nil
+                return w
+            }
+            s.pending = true
+            return nil
+        }
+        waiter?.resume()
+    }
+
+    /// Returns on a signal, or after `timeout`.
+    func wait(timeout: Duration) async {
+        let timer = Task { [weak self] in
+            try? await Task.sleep(for: timeout)
+            if !Task.isCancelled { self?.signal() }
+        }
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { s -> Bool in
+                if s.pending {
+                    s.pending = false
+                    return true
+                }
+                s.waiter = c
+                return false
+            }
+            if now { c.resume() }
+        }
+        timer.cancel()
+    }
+}

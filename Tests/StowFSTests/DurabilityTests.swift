@@ -1,0 +1,103 @@
+import Foundation
+import NIOCore
+import StorageClient
+import StorageProtocol
+import StowFS
+import Testing
+
+@Suite("engine: durability — an unreachable server, a crash, a restart")
+struct DurabilityTests {
+    @Test("while the server is unreachable, uploads stay queued with the reason; they drain when it is back")
+    func offline() async throws {
+        let faulty = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))
+        try await withEngine(store: faulty) { h in
+            faulty.isOffline = true
+            for i in 0..<5 { try await h.write("f\(i)", "content \(i)") }
+            try await Task.sleep(for: .milliseconds(300))
+            let status = await h.fs.status().queue
+            #expect(status.files == 5)
+            #expect(status.items.contains { $0.lastError?.contains("unreachable") == true })
+            #expect(try await h.text("f3") == "content 3")
+            faulty.isOffline = false
+            await h.fs.sync()
+            for i in 0..<5 { #expect(try await h.stored("f\(i)") == "content \(i)") }
+            #expect(await h.fs.status().queue.files == 0)
+        }
+    }
+
+    @Test("connections that drop halfway and 500s at complete do not lose or mangle a file")
+    func flaky() async throws {
+        let faulty = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))
+        try await withEngine(store: faulty) { h in
+            faulty.dropHalfway(3)
+            faulty.failNext(2, of: .completeUpload)
+            faulty.failNext(1, of: .startUpload)
+            let content = (0..<50_000).map { UInt8(truncatingIfNeeded: $0) }
+            try await h.write("flaky.bin", content)
+            await h.fs.sync()
+            let url = try await h.store.signedURLs(ns, [try StoragePath("flaky.bin")], expiry: 60)[0].signedUrl
+            #expect(Array(try await h.store.read(url: url, range: nil, ifMatch: nil).bytes.readableBytesView) == content)
+        }
+    }
+
+    @Test("after a crash, a new engine on the same cache shows the owed files and sends them")
+    func crashRecovery() async throws {
+        let base = InMemoryObjectStore(namespaces: [ns])
+        let faulty = FaultInjectingObjectStore(wrapping: base)
+        let dir = FileManager.default.temporaryDirectory.path + "/stowfs-crash-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        do {
+            // The first "mount" cannot reach the server, then dies with its queue full.
+            let first = try await Harness.make(store: faulty, cacheDirectory: dir)
+            try await first.mkdir("docs")
+            faulty.isOffline = true
+            try await first.write("docs/a.txt", "alpha")
+            try await first.write("b.txt", "beta")
+            // A file open and flushed, never closed: close(2) returned for what was flushed.
+            let (entry, opened) = try await first.fs.create(parent: .root, name: "open.txt", mode: 0o644, caller: .root)
+            _ = try first.fs.write(entry.ino, handle: opened.handle, offset: 0, bytes: Array("flushed".utf8))
+            try await first.fs.flush(entry.ino, handle: opened.handle)
+            await first.close(keepCache: true)
+        } catch {
+            Issue.record("\(error)")
+        }
+        faulty.isOffline = false
+        let second = try await Harness.make(store: base, cacheDirectory: dir)
+        defer { Task { await second.close() } }
+        #expect(try await second.text("b.txt") == "beta")
+        #expect(try await second.text("docs/a.txt") == "alpha")
+        #expect(try await second.names("docs") == ["a.txt"])
+        await second.fs.sync()
+        #expect(try await second.stored("docs/a.txt") == "alpha")
+        #expect(try await second.stored("b.txt") == "beta")
+        #expect(try await second.stored("open.txt") == "flushed")
+        #expect(await second.fs.status().queue.files == 0)
+    }
+
+    @Test("a large upload interrupted by a crash resumes from the server's offset, not from zero")
+    func resumeFromOffset() async throws {
+        let base = InMemoryObjectStore(namespaces: [ns])
+        let faulty = FaultInjectingObjectStore(wrapping: base)
+        let dir = FileManager.default.temporaryDirectory.path + "/stowfs-resume-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let content = (0..<200_000).map { UInt8(truncatingIfNeeded: $0 * 7) }
+        do {
+            let first = try await Harness.make(store: faulty, cacheDirectory: dir) { $0.uploadChunkSize = 50_000 }
+            // Each chunk takes a while: the "crash" comes after two of four.
+            faulty.setLatency(.milliseconds(150), for: .send)
+            try await first.write("big.bin", content)
+            try await Task.sleep(for: .milliseconds(380))
+            await first.close(keepCache: true)
+        }
+        let sentBefore = faulty.calls(of: .send)
+        let second = try await Harness.make(store: faulty, cacheDirectory: dir) { $0.uploadChunkSize = 50_000 }
+        defer { Task { await second.close() } }
+        faulty.setLatency(.zero, for: .send)
+        await second.fs.sync()
+        let url = try await base.signedURLs(ns, [try StoragePath("big.bin")], expiry: 60)[0].signedUrl
+        #expect(Array(try await base.read(url: url, range: nil, ifMatch: nil).bytes.readableBytesView) == content)
+        let resends = faulty.calls(of: .send) - sentBefore
+        #expect(resends < 4, "resumed with \(resends) chunk(s) instead of all 4")
+        #expect(faulty.calls(of: .uploadedBytes) >= 1)
+    }
+}

@@ -1,0 +1,124 @@
+import Foundation
+import NIOCore
+import StorageClient
+import StorageProtocol
+import StowFS
+import Testing
+
+@Suite("engine: reads through the block cache, xattrs")
+struct ReadAndXattrTests {
+    static func bytes(_ n: Int) -> [UInt8] { (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 8) } }
+
+    @Test("a stored file reads back byte for byte, in any order, with few requests")
+    func blockReads() async throws {
+        let content = Self.bytes(100_000)
+        let base = InMemoryObjectStore(namespaces: [ns])
+        _ = try await base.upload(.bytes(ByteBuffer(bytes: content)), size: Int64(content.count), to: ns, try StoragePath("big.bin"))
+        let store = FaultInjectingObjectStore(wrapping: base)
+        try await withEngine(store: store) { h in
+            #expect(try await h.read("big.bin") == content)
+            let firstPass = store.calls(of: .read)
+            #expect(firstPass <= 25 / 8 + 8, "100 KB in 4 KiB blocks, fetched 8 blocks a request with read-ahead: \(firstPass)")
+            // Again: all from the block cache.
+            #expect(try await h.read("big.bin") == content)
+            #expect(store.calls(of: .read) == firstPass)
+            // Random reads inside.
+            let ino = try await h.resolve("big.bin")
+            let handle = try await h.fs.open(ino, write: false, truncate: false).handle
+            for offset in [99_000, 5, 50_123, 4095, 4096] {
+                let segs = try await h.fs.read(ino, handle: handle, offset: Int64(offset), size: 1000)
+                let got = segs.flatMap { $0.file.read(at: $0.offset, length: $0.length) }
+                #expect(got == Array(content[offset..<min(content.count, offset + 1000)]))
+            }
+            await h.fs.release(ino, handle: handle)
+            #expect(store.calls(of: .signedURLs) == 1)
+        }
+    }
+
+    @Test("a file changed on the server is read as the new version, never mixed with the old")
+    func changedRemotely() async throws {
+        let base = InMemoryObjectStore(namespaces: [ns])
+        let old = [UInt8](repeating: 1, count: 20_000), new = [UInt8](repeating: 2, count: 20_000)
+        _ = try await base.upload(.bytes(ByteBuffer(bytes: old)), size: 20_000, to: ns, try StoragePath("f"))
+        try await withEngine(store: base) { h in
+            let ino = try await h.resolve("f")
+            let handle = try await h.fs.open(ino, write: false, truncate: false).handle
+            let first = try await h.fs.read(ino, handle: handle, offset: 0, size: 4096)
+            #expect(first.flatMap { $0.file.read(at: $0.offset, length: $0.length) } == Array(old[0..<4096]))
+            _ = try await base.upload(.bytes(ByteBuffer(bytes: new)), size: 20_000, to: ns, try StoragePath("f"))
+            let later = try await h.fs.read(ino, handle: handle, offset: 12_288, size: 8192)
+            let got = later.flatMap { $0.file.read(at: $0.offset, length: $0.length) }
+            #expect(Set(got).count == 1, "one version only")
+            await h.fs.release(ino, handle: handle)
+        }
+    }
+
+    @Test("tags and metadata as xattrs, on a stored file")
+    func xattrStored() async throws {
+        try await withEngine { h in
+            try await h.write("x.jpg", "img")
+            await h.fs.sync()
+            try await h.setXattr("x.jpg", "user.tags", "summer, beach")
+            try await h.setXattr("x.jpg", "user.camera", "fuji")
+            try await h.setXattr("x.jpg", "user.stow.public", "true")
+            #expect(try await h.xattr("x.jpg", "user.tags") == "summer,beach")
+            #expect(try await h.xattr("x.jpg", "user.stow.content-type") == "image/jpeg")
+            let r = try await h.storedRecord("x.jpg")
+            #expect(r.tags == ["summer", "beach"])
+            #expect(r.metadata == ["camera": "fuji"])
+            #expect(r.isPublic)
+            let names = try await h.fs.listxattr(try await h.resolve("x.jpg"))
+            #expect(names.contains("user.tags") && names.contains("user.camera") && names.contains("user.stow.id") && names.contains("user.stow.url"))
+            #expect(try await h.xattr("x.jpg", "user.stow.id") == r.id)
+            #expect(try await h.xattr("x.jpg", "user.stow.url").hasPrefix("memory://cdn/test/x.jpg"))
+            try await h.fs.removexattr(try await h.resolve("x.jpg"), name: "user.camera")
+            #expect(try await h.storedRecord("x.jpg").metadata == [:])
+        }
+    }
+
+    @Test("xattrs set on a file still owed apply with its upload")
+    func xattrPending() async throws {
+        let faulty = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))
+        try await withEngine(store: faulty) { h in
+            faulty.isOffline = true
+            try await h.write("p.txt", "text")
+            try await h.setXattr("p.txt", "user.tags", "a,b")
+            try await h.setXattr("p.txt", "user.owner", "me")
+            #expect(try await h.xattr("p.txt", "user.tags") == "a,b")
+            #expect(try await h.xattr("p.txt", "user.stow.status") == "pending")
+            faulty.isOffline = false
+            await h.fs.sync()
+            let r = try await h.storedRecord("p.txt")
+            #expect(r.tags == ["a", "b"])
+            #expect(r.metadata == ["owner": "me"])
+            #expect(try await h.xattr("p.txt", "user.stow.status") == "stored")
+        }
+    }
+
+    @Test("xattr refusals: read-only names, other namespaces, create/replace flags")
+    func xattrRules() async throws {
+        try await withEngine { h in
+            try await h.write("r", "r")
+            let ino = try await h.resolve("r")
+            await expectFS(.notPermitted) { try await h.setXattr("r", "user.stow.id", "x") }
+            await expectFS(.notSupported) { try await h.fs.setxattr(ino, name: "trusted.x", value: [1], flag: .any) }
+            await expectFS(.noAttribute) { _ = try await h.fs.getxattr(ino, name: "security.selinux") }
+            await expectFS(.noAttribute) { _ = try await h.fs.getxattr(ino, name: "user.none") }
+            try await h.fs.setxattr(ino, name: "user.k", value: Array("1".utf8), flag: .create)
+            await expectFS(.exists) { try await h.fs.setxattr(ino, name: "user.k", value: Array("2".utf8), flag: .create) }
+            await expectFS(.noAttribute) { try await h.fs.setxattr(ino, name: "user.j", value: Array("2".utf8), flag: .replace) }
+        }
+    }
+
+    @Test("read-ahead grows while reads stay sequential and stops on a jump")
+    func readAheadWindow() {
+        var ra = ReadAhead(maxWindow: 8)
+        #expect(ra.read(offset: 0, length: 100) == 1)
+        #expect(ra.read(offset: 100, length: 100) == 2)
+        #expect(ra.read(offset: 200, length: 100) == 4)
+        #expect(ra.read(offset: 300, length: 100) == 8)
+        #expect(ra.read(offset: 400, length: 100) == 8)
+        #expect(ra.read(offset: 10_000, length: 100) == 0)
+        #expect(ra.read(offset: 10_100, length: 100) == 1)
+    }
+}

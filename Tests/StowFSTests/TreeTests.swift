@@ -1,0 +1,160 @@
+import Foundation
+import NIOCore
+import StorageClient
+import StorageProtocol
+import StowFS
+import Testing
+
+@Suite("engine: names — readdir, mkdir, rename, unlink")
+struct EngineTreeTests {
+    @Test("a listing shows stored files, folders, and files still owed to the server")
+    func readdir() async throws {
+        try await withEngine { h in
+            _ = try await h.store.upload(.bytes(ByteBuffer(string: "s")), size: 1, to: ns, try StoragePath("d/stored"))
+            try await h.write("d/local", "l")
+            #expect(try await h.names("d").sorted() == ["local", "stored"])
+            #expect(try await h.names("").sorted() == ["d"])
+            await h.fs.sync()
+            #expect(try await h.names("d").sorted() == ["local", "stored"])
+        }
+    }
+
+    @Test("a folder of 2,500 files lists through a few pages, each with its attributes")
+    func bigListing() async throws {
+        let store = InMemoryObjectStore(namespaces: [ns])
+        for i in 0..<2500 {
+            _ = try await store.upload(.bytes(ByteBuffer(string: "\(i)")), size: Int64("\(i)".utf8.count), to: ns, try StoragePath(String(format: "big/%05d", i)))
+        }
+        let counting = FaultInjectingObjectStore(wrapping: store)
+        try await withEngine(store: counting) { h in
+            let ino = try await h.resolve("big")
+            let handle = try h.fs.opendir(ino)
+            let entries = try await h.fs.readdir(ino, handle: handle, offset: 0, plus: true)
+            h.fs.releasedir(ino, handle: handle)
+            #expect(entries.count == 2502)
+            #expect(entries.dropFirst(2).allSatisfy { $0.entry != nil })
+            #expect(counting.calls(of: .list) == 3)
+            // The listing answers the lookups that follow (`ls -l`), with no more requests.
+            let before = counting.calls(of: .record)
+            for name in ["00000", "01234", "02499"] { _ = try await h.fs.lookup(parent: ino, name: name) }
+            #expect(counting.calls(of: .record) == before)
+            await #expect(throws: FSError.notFound) { try await h.fs.lookup(parent: ino, name: "nope") }
+            #expect(counting.calls(of: .record) == before)
+        }
+    }
+
+    @Test("mkdir and rmdir go to the server; a folder holding a file still owed is not empty")
+    func folders() async throws {
+        try await withEngine { h in
+            try await h.mkdir("f")
+            #expect(try await h.storedRecord("f").kind == .directory)
+            try await h.write("f/x", "x")
+            await expectFS(.notEmpty) { try await h.fs.rmdir(parent: .root, name: "f") }
+            try await h.unlink("f/x")
+            try await h.fs.rmdir(parent: .root, name: "f")
+            await #expect(throws: StorageError.self) { try await h.storedRecord("f") }
+            try await h.mkdir("g")
+            await expectFS(.exists) { try await h.mkdir("g") }
+        }
+    }
+
+    @Test("the editor pattern: write a temp file, rename it over the original — the server ends with the new bytes only")
+    func editorSave() async throws {
+        try await withEngine { h in
+            try await h.write("doc.txt", "old")
+            await h.fs.sync()
+            try await h.write(".doc.txt.swp", "new")
+            try await h.rename(".doc.txt.swp", "doc.txt")
+            #expect(try await h.text("doc.txt") == "new")
+            #expect(try await h.names("") == ["doc.txt"])
+            await h.fs.sync()
+            #expect(try await h.stored("doc.txt") == "new")
+            await #expect(throws: StorageError.self) { try await h.storedRecord(".doc.txt.swp") }
+        }
+    }
+
+    @Test("renaming a stored file renames it on the server, keeping its inode")
+    func renameStored() async throws {
+        try await withEngine { h in
+            try await h.write("a", "A")
+            await h.fs.sync()
+            let before = try await h.storedRecord("a")
+            try await h.mkdir("sub")
+            try await h.rename("a", "sub/b")
+            #expect(try await h.storedRecord("sub/b").inode == before.inode)
+            await #expect(throws: StorageError.self) { try await h.storedRecord("a") }
+            #expect(try await h.text("sub/b") == "A")
+        }
+    }
+
+    @Test("renaming a folder moves the uploads owed under it")
+    func renameFolderWithPending() async throws {
+        try await withEngine { h in
+            try await h.mkdir("src")
+            try await h.write("src/one", "1")
+            try await h.write("src/two", "2")
+            try await h.rename("src", "dst")
+            #expect(try await h.text("dst/one") == "1")
+            await h.fs.sync()
+            #expect(try await h.stored("dst/one") == "1")
+            #expect(try await h.stored("dst/two") == "2")
+            await #expect(throws: StorageError.self) { try await h.storedRecord("src") }
+        }
+    }
+
+    @Test("rename refusals: noreplace, a folder into itself, a folder onto a file")
+    func renameRules() async throws {
+        try await withEngine { h in
+            try await h.write("x", "x")
+            try await h.write("y", "y")
+            try await h.mkdir("d")
+            try await h.mkdir("d/e")
+            await expectFS(.exists) { try await h.rename("x", "y", noReplace: true) }
+            await expectFS(.invalidArgument) { try await h.rename("d", "d/e/d2") }
+            await expectFS(.notADirectory) { try await h.rename("d", "x") }
+            await expectFS(.isADirectory) { try await h.rename("x", "d") }
+            try await h.rename("x", "y", exchange: true)
+            #expect(try await h.text("y") == "x")
+            #expect(try await h.text("x") == "y")
+        }
+    }
+
+    @Test("unlinking a file still owed cancels its upload; unlinking a stored one deletes it")
+    func unlink() async throws {
+        let faulty = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))
+        try await withEngine(store: faulty) { h in
+            faulty.setLatency(.milliseconds(200), for: .startUpload)
+            try await h.write("gone", "bytes")
+            try await h.unlink("gone")
+            await h.fs.sync()
+            await #expect(throws: StorageError.self) { try await h.storedRecord("gone") }
+            faulty.setLatency(.zero, for: .startUpload)
+            try await h.write("kept", "bytes")
+            await h.fs.sync()
+            try await h.unlink("kept")
+            await #expect(throws: StorageError.self) { try await h.storedRecord("kept") }
+            await expectFS(.notFound) { _ = try await h.resolve("kept") }
+        }
+    }
+
+    @Test("names: 256 bytes is too long; the root of a namespace mount takes no namespaces")
+    func names() async throws {
+        try await withEngine { h in
+            await expectFS(.nameTooLong) { try await h.write(String(repeating: "n", count: 256), "x") }
+            await expectFS(.nameTooLong) { _ = try await h.fs.lookup(parent: .root, name: String(repeating: "n", count: 256)) }
+            try await h.write(String(repeating: "n", count: 255), "ok")
+        }
+    }
+
+    @Test("symlinks and special files are stored as nodes")
+    func nodes() async throws {
+        try await withEngine { h in
+            let link = try await h.fs.symlink(target: "somewhere/else", parent: .root, name: "l", caller: .root)
+            #expect(link.attributes.kind == .symlink)
+            #expect(try await h.fs.readlink(link.ino) == "somewhere/else")
+            let fifo = try await h.fs.mknod(parent: .root, name: "p", mode: 0o010644, rdev: 0, caller: .root)
+            #expect(fifo.attributes.kind == .fifo)
+            #expect(try await h.storedRecord("p").kind == .fifo)
+        }
+    }
+}

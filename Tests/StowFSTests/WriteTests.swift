@@ -1,0 +1,106 @@
+import Foundation
+import NIOCore
+import StorageClient
+import StorageProtocol
+import StowFS
+import Testing
+
+@Suite("engine: writes, uploads, sync")
+struct WriteTests {
+    @Test("a new file is local until its upload, readable at once, stored after sync")
+    func createWriteSync() async throws {
+        try await withEngine { h in
+            try await h.write("a.txt", "hello")
+            #expect(try await h.text("a.txt") == "hello")
+            await h.fs.sync()
+            #expect(try await h.stored("a.txt") == "hello")
+            let r = try await h.storedRecord("a.txt")
+            #expect(r.mode == 0o644)
+            #expect(r.contentType == "text/plain")
+            #expect(try await h.xattr("a.txt", "user.stow.status") == "stored")
+        }
+    }
+
+    @Test("appending to a stored file brings its content here first")
+    func append() async throws {
+        try await withEngine { h in
+            _ = try await h.store.upload(.bytes(ByteBuffer(string: "first\n")), size: 6, to: ns, try StoragePath("log.txt"))
+            try await h.append("log.txt", "second\n")
+            #expect(try await h.text("log.txt") == "first\nsecond\n")
+            await h.fs.sync()
+            #expect(try await h.stored("log.txt") == "first\nsecond\n")
+        }
+    }
+
+    @Test("overwriting keeps one upload per close, the newest content wins")
+    func overwrite() async throws {
+        try await withEngine { h in
+            for i in 0..<5 { try await h.write("v.txt", "version \(i)") }
+            await h.fs.sync()
+            #expect(try await h.stored("v.txt") == "version 4")
+            #expect(try await h.text("v.txt") == "version 4")
+        }
+    }
+
+    @Test("fsync returns once the server has the file, even while it stays open")
+    func fsyncWhileOpen() async throws {
+        try await withEngine { h in
+            let (entry, opened) = try await h.fs.create(parent: .root, name: "open.bin", mode: 0o600, caller: .root)
+            _ = try h.fs.write(entry.ino, handle: opened.handle, offset: 0, bytes: Array("part one".utf8))
+            try await h.fs.fsync(entry.ino, handle: opened.handle)
+            #expect(try await h.stored("open.bin") == "part one")
+            _ = try h.fs.write(entry.ino, handle: opened.handle, offset: 8, bytes: Array(", part two".utf8))
+            try await h.fs.flush(entry.ino, handle: opened.handle)
+            await h.fs.release(entry.ino, handle: opened.handle)
+            await h.fs.sync()
+            #expect(try await h.stored("open.bin") == "part one, part two")
+        }
+    }
+
+    @Test("truncate: a stored file is cut on the server; a local one locally")
+    func truncate() async throws {
+        try await withEngine { h in
+            try await h.write("t.txt", "0123456789")
+            await h.fs.sync()
+            let ino = try await h.resolve("t.txt")
+            _ = try await h.fs.setattr(ino, AttributeChanges(size: 4), handle: nil)
+            #expect(try await h.text("t.txt") == "0123")
+            await h.fs.sync()
+            #expect(try await h.stored("t.txt") == "0123")
+            try await h.write("u.txt", "abcdef")
+            let u = try await h.resolve("u.txt")
+            _ = try await h.fs.setattr(u, AttributeChanges(size: 2), handle: nil)
+            await h.fs.sync()
+            #expect(try await h.stored("u.txt") == "ab")
+        }
+    }
+
+    @Test("chmod, chown and utimens of a file still owed travel with its upload")
+    func attributesWithUpload() async throws {
+        try await withEngine { h in
+            try await h.write("m.txt", "x")
+            let ino = try await h.resolve("m.txt")
+            let when = TimeSpec(nanoseconds: 1_600_000_000_123_456_789)
+            _ = try await h.fs.setattr(ino, AttributeChanges(mode: 0o600, uid: 1000, gid: 1000, mtime: .set(when)), handle: nil)
+            await h.fs.sync()
+            let r = try await h.storedRecord("m.txt")
+            #expect(r.mode == 0o600)
+            #expect(r.uid == 1000)
+            #expect(r.mtimeNs == when.nanoseconds)
+            // And on a stored file, straight to the server.
+            _ = try await h.fs.setattr(ino, AttributeChanges(mode: 0o640), handle: nil)
+            #expect(try await h.storedRecord("m.txt").mode == 0o640)
+        }
+    }
+
+    @Test("an empty file made with touch is stored empty")
+    func emptyFile() async throws {
+        try await withEngine { h in
+            let (entry, opened) = try await h.fs.create(parent: .root, name: "empty", mode: 0o644, caller: .root)
+            try await h.fs.flush(entry.ino, handle: opened.handle)
+            await h.fs.release(entry.ino, handle: opened.handle)
+            await h.fs.sync()
+            #expect(try await h.storedRecord("empty").size == 0)
+        }
+    }
+}
