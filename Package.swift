@@ -15,6 +15,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "stowd", targets: ["stowd"]),
+        .executable(name: "stowfs", targets: ["stowfs"]),
         .executable(name: "stow-bench", targets: ["stow-bench"]),
         .library(name: "StorageClient", targets: ["StorageClient"]),
     ],
@@ -80,6 +81,27 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "SystemPackage", package: "swift-system"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "FuseKit",
+            dependencies: ["CFuse", "StowFS", "StorageProtocol", .product(name: "Logging", package: "swift-log")],
+            // C headers reach Swift through several clang modules here (Glibc, CFuse, Dispatch), which
+            // MemberImportVisibility cannot attribute; the bridge keeps the other two features.
+            swiftSettings: [.enableUpcomingFeature("ExistentialAny"), .enableUpcomingFeature("InternalImportsByDefault")]
+        ),
+        .target(
+            name: "MountService",
+            dependencies: ["FuseKit", "StowFS", "StorageClient", "StorageProtocol", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "stowfs",
+            dependencies: [
+                "MountService", "StowFS", "StorageProtocol",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),

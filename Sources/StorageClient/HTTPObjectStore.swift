@@ -128,6 +128,13 @@ public final class HTTPObjectStore: ObjectStore {
 
     static func json(_ value: some Encodable) -> ByteBuffer { ByteBuffer(bytes: WireJSON.encode(value)) }
 
+    /// A storage link with this store's origin: a session saved before the server moved (a restart on
+    /// another port, another address) still resumes. Signatures cover the path and expiry, not the host.
+    func link(_ url: String) -> String {
+        guard let scheme = url.range(of: "://"), let slash = url[scheme.upperBound...].firstIndex(of: "/") else { return url }
+        return configuration.endpoint + url[slash...]
+    }
+
     // MARK: - Namespaces
 
     public func namespaces() async throws -> [NamespaceRecord] {
@@ -210,7 +217,7 @@ public final class HTTPObjectStore: ObjectStore {
     }
 
     public func uploadedBytes(_ session: StartUploadResponse) async throws -> Int64 {
-        let answer = try await execute(makeRequest(.HEAD, session.upload.url, headers: [(Tus.resumable, Tus.version)], authorized: false))
+        let answer = try await execute(makeRequest(.HEAD, link(session.upload.url), headers: [(Tus.resumable, Tus.version)], authorized: false))
         try expect(answer, [200])
         guard let offset = answer.headers.first(name: Tus.uploadOffset).flatMap({ Int64($0) }) else {
             throw StorageError(.protocolViolation, "the storage link's HEAD has no Upload-Offset")
@@ -225,7 +232,7 @@ public final class HTTPObjectStore: ObjectStore {
         if !whole {
             headers = [(Tus.resumable, Tus.version), (Tus.uploadOffset, String(offset)), ("Content-Type", Tus.offsetContentType)]
         }
-        var request = makeRequest(whole ? .PUT : .PATCH, session.upload.url, headers: headers, authorized: false)
+        var request = makeRequest(whole ? .PUT : .PATCH, link(session.upload.url), headers: headers, authorized: false)
         let total = session.size
         let counter = progress.map { ProgressCounter(base: offset, total: total, report: $0) }
         let answer: Answer
@@ -273,7 +280,7 @@ public final class HTTPObjectStore: ObjectStore {
     }
 
     public func abandonUpload(_ session: StartUploadResponse) async throws {
-        let answer = try await execute(makeRequest(.DELETE, session.upload.url, headers: [(Tus.resumable, Tus.version)], authorized: false))
+        let answer = try await execute(makeRequest(.DELETE, link(session.upload.url), headers: [(Tus.resumable, Tus.version)], authorized: false))
         if answer.status == 404 { return }
         try expect(answer, [204])
     }

@@ -1,0 +1,295 @@
+import CFuse
+import Foundation
+import Logging
+import StorageProtocol
+import StowFS
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The bridge between libfuse's callbacks and the engine: one adapter method per operation.
+///
+/// Each method copies what it needs out of the C arguments, then either answers at once (cache
+/// hits, writes to the local copy, reads of cached blocks) or starts a `Task` that awaits the
+/// engine and sends the single reply. Errors become errno here (`FSError.errno`) and nowhere else.
+final class FuseAdapter: Sendable {
+    let engine: StowFileSystem
+    let logger: Logger
+    private let inflight = Mutex<Int>(0)
+
+    init(engine: StowFileSystem, logger: Logger) {
+        self.engine = engine
+        self.logger = logger
+    }
+
+    var requestsInFlight: Int { inflight.withLock { $0 } }
+
+    /// Runs `work` in a task and replies with `reply`, or with the error.
+    func respond<T: Sendable>(
+        _ req: FuseRequest, _ work: @escaping @Sendable () async throws(FSError) -> T, reply: @escaping @Sendable (FuseRequest, T) -> Void
+    ) {
+        inflight.withLock { $0 += 1 }
+        Task {
+            defer { self.inflight.withLock { $0 -= 1 } }
+            do throws(FSError) {
+                reply(req, try await work())
+            } catch {
+                req.reply(error: error)
+            }
+        }
+    }
+
+    var attributeTTL: Duration { engine.configuration.attributeTTL }
+
+    // MARK: - Names
+
+    func lookup(_ req: FuseRequest, parent: InodeNumber, name: String) {
+        if let cached = engine.lookupCached(parent: parent, name: name) {
+            switch cached {
+            case .success(let e): req.reply(entry: e)
+            case .failure(let err): req.reply(error: err)
+            }
+            return
+        }
+        respond(req, { () async throws(FSError) -> Entry in try await self.engine.lookup(parent: parent, name: name) }) { $0.reply(entry: $1) }
+    }
+
+    func forget(_ ino: InodeNumber, count: UInt64) { engine.forget(ino, count: count) }
+
+    func getattr(_ req: FuseRequest, ino: InodeNumber) {
+        if let a = engine.attributesCached(ino) {
+            req.reply(attributes: a, ttl: attributeTTL)
+            return
+        }
+        respond(req, { () async throws(FSError) -> FileAttributes in try await self.engine.getattr(ino) }) { $0.reply(attributes: $1, ttl: self.attributeTTL) }
+    }
+
+    func setattr(_ req: FuseRequest, ino: InodeNumber, attr: Glibc.stat, toSet: Int32, handle: UInt64?) {
+        var c = AttributeChanges()
+        if toSet & FUSE_SET_ATTR_MODE != 0 { c.mode = attr.st_mode & 0o7777 }
+        if toSet & FUSE_SET_ATTR_UID != 0 { c.uid = attr.st_uid }
+        if toSet & FUSE_SET_ATTR_GID != 0 { c.gid = attr.st_gid }
+        if toSet & FUSE_SET_ATTR_SIZE != 0 { c.size = UInt64(max(0, attr.st_size)) }
+        if toSet & FUSE_SET_ATTR_ATIME_NOW != 0 {
+            c.atime = .now
+        } else if toSet & FUSE_SET_ATTR_ATIME != 0 {
+            c.atime = .set(FuseConversions.time(attr.st_atim))
+        }
+        if toSet & FUSE_SET_ATTR_MTIME_NOW != 0 {
+            c.mtime = .now
+        } else if toSet & FUSE_SET_ATTR_MTIME != 0 {
+            c.mtime = .set(FuseConversions.time(attr.st_mtim))
+        }
+        let changes = c
+        respond(req, { () async throws(FSError) -> FileAttributes in try await self.engine.setattr(ino, changes, handle: handle) }) {
+            $0.reply(attributes: $1, ttl: self.attributeTTL)
+        }
+    }
+
+    func mkdir(_ req: FuseRequest, parent: InodeNumber, name: String, mode: UInt32) {
+        let caller = req.caller
+        respond(req, { () async throws(FSError) -> Entry in try await self.engine.mkdir(parent: parent, name: name, mode: mode, caller: caller) }) {
+            $0.reply(entry: $1)
+        }
+    }
+
+    func mknod(_ req: FuseRequest, parent: InodeNumber, name: String, mode: UInt32, rdev: UInt64) {
+        let caller = req.caller
+        respond(req, { () async throws(FSError) -> Entry in
+            try await self.engine.mknod(parent: parent, name: name, mode: mode, rdev: rdev, caller: caller)
+        }) { $0.reply(entry: $1) }
+    }
+
+    func symlink(_ req: FuseRequest, target: String, parent: InodeNumber, name: String) {
+        let caller = req.caller
+        respond(req, { () async throws(FSError) -> Entry in try await self.engine.symlink(target: target, parent: parent, name: name, caller: caller) }) {
+            $0.reply(entry: $1)
+        }
+    }
+
+    func readlink(_ req: FuseRequest, ino: InodeNumber) {
+        respond(req, { () async throws(FSError) -> String in try await self.engine.readlink(ino) }) { $0.reply(readlink: $1) }
+    }
+
+    func link(_ req: FuseRequest, ino: InodeNumber, newParent: InodeNumber, newName: String) {
+        respond(req, { () async throws(FSError) -> Entry in try await self.engine.link(ino, newParent: newParent, newName: newName) }) { $0.reply(entry: $1) }
+    }
+
+    func unlink(_ req: FuseRequest, parent: InodeNumber, name: String) {
+        respond(req, { () async throws(FSError) in try await self.engine.unlink(parent: parent, name: name) }) { r, _ in r.replyOK() }
+    }
+
+    func rmdir(_ req: FuseRequest, parent: InodeNumber, name: String) {
+        respond(req, { () async throws(FSError) in try await self.engine.rmdir(parent: parent, name: name) }) { r, _ in r.replyOK() }
+    }
+
+    func rename(_ req: FuseRequest, parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, flags: UInt32) {
+        if flags & ~UInt32(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0 {
+            req.reply(errno: EINVAL)
+            return
+        }
+        respond(req, { () async throws(FSError) in
+            try await self.engine.rename(
+                parent: parent, name: name, newParent: newParent, newName: newName, noReplace: flags & UInt32(RENAME_NOREPLACE) != 0,
+                exchange: flags & UInt32(RENAME_EXCHANGE) != 0)
+        }) { r, _ in r.replyOK() }
+    }
+
+    // MARK: - Files
+
+    func create(_ req: FuseRequest, parent: InodeNumber, name: String, mode: UInt32, fileInfo: FileInfoBox) {
+        let caller = req.caller
+        respond(req, { () async throws(FSError) -> (Entry, OpenedFile) in
+            try await self.engine.create(parent: parent, name: name, mode: mode, caller: caller)
+        }) { r, v in
+            r.reply(create: v.0, file: v.1, fileInfo: fileInfo.pointer)
+        }
+    }
+
+    func open(_ req: FuseRequest, ino: InodeNumber, flags: Int32, fileInfo: FileInfoBox) {
+        let write = flags & O_ACCMODE != O_RDONLY
+        let truncate = flags & O_TRUNC != 0
+        respond(req, { () async throws(FSError) -> OpenedFile in try await self.engine.open(ino, write: write, truncate: truncate) }) { r, v in
+            r.reply(open: v, fileInfo: fileInfo.pointer)
+        }
+    }
+
+    func read(_ req: FuseRequest, ino: InodeNumber, size: Int, offset: Int64, handle: UInt64) {
+        if let ready = engine.readCached(ino, handle: handle, offset: offset, size: size) {
+            req.reply(segments: ready)
+            return
+        }
+        respond(req, { () async throws(FSError) -> [FileSegment] in try await self.engine.read(ino, handle: handle, offset: offset, size: size) }) {
+            $0.reply(segments: $1)
+        }
+    }
+
+    /// Writes go straight into the local copy, on the FUSE thread: no copy, no task.
+    func write(_ req: FuseRequest, ino: InodeNumber, buffer: UnsafePointer<CChar>?, size: Int, offset: Int64, handle: UInt64) {
+        do {
+            let file = try engine.prepareWrite(ino, handle: handle)
+            var written = 0
+            while written < size {
+                let n = pwrite(file.descriptor, buffer?.advanced(by: written), size - written, off_t(offset) + off_t(written))
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    req.reply(errno: errno == ENOSPC || errno == EDQUOT ? errno : EIO)
+                    return
+                }
+                written += n
+            }
+            engine.didWrite(ino, handle: handle, offset: offset, count: written)
+            req.reply(written: written)
+        } catch {
+            req.reply(error: error)
+        }
+    }
+
+    func flush(_ req: FuseRequest, ino: InodeNumber, handle: UInt64) {
+        respond(req, { () async throws(FSError) in try await self.engine.flush(ino, handle: handle) }) { r, _ in r.replyOK() }
+    }
+
+    func release(_ req: FuseRequest, ino: InodeNumber, handle: UInt64) {
+        respond(req, { () async throws(FSError) in await self.engine.release(ino, handle: handle) }) { r, _ in r.replyOK() }
+    }
+
+    func fsync(_ req: FuseRequest, ino: InodeNumber, handle: UInt64) {
+        respond(req, { () async throws(FSError) in try await self.engine.fsync(ino, handle: handle) }) { r, _ in r.replyOK() }
+    }
+
+    // MARK: - Directories
+
+    func opendir(_ req: FuseRequest, ino: InodeNumber, fileInfo: UnsafeMutablePointer<fuse_file_info>?) {
+        do {
+            let h = try engine.opendir(ino)
+            var fi = fileInfo?.pointee ?? fuse_file_info()
+            fi.fh = h
+            fuse_reply_open(req.raw, &fi)
+        } catch {
+            req.reply(error: error)
+        }
+    }
+
+    func releasedir(_ req: FuseRequest, ino: InodeNumber, handle: UInt64) {
+        engine.releasedir(ino, handle: handle)
+        req.replyOK()
+    }
+
+    func readdir(_ req: FuseRequest, ino: InodeNumber, size: Int, offset: Int64, handle: UInt64, plus: Bool) {
+        respond(req, { () async throws(FSError) -> [DirectoryEntry] in
+            try await self.engine.readdir(ino, handle: handle, offset: offset, plus: plus)
+        }) { r, entries in
+            self.replyDirectory(r, entries, size: size, plus: plus)
+        }
+    }
+
+    /// Packs entries into the kernel's buffer until it is full; takes a lookup reference for each
+    /// readdirplus entry that went in (not for `.` and `..`).
+    func replyDirectory(_ req: FuseRequest, _ entries: [DirectoryEntry], size: Int, plus: Bool) {
+        var buffer = [CChar](repeating: 0, count: size)
+        var used = 0
+        buffer.withUnsafeMutableBufferPointer { buf in
+            for d in entries {
+                let remaining = size - used
+                let needed: Int
+                if plus {
+                    var e = d.entry.map(FuseConversions.entryParam) ?? fuse_entry_param()
+                    if d.entry == nil { e.attr.st_ino = UInt(d.ino); e.attr.st_mode = FuseConversions.typeBits(d.kind) }
+                    needed = fuse_add_direntry_plus(req.raw, buf.baseAddress! + used, remaining, d.name, &e, off_t(d.offset))
+                } else {
+                    var st = Glibc.stat()
+                    st.st_ino = UInt(d.ino)
+                    st.st_mode = FuseConversions.typeBits(d.kind)
+                    needed = fuse_add_direntry(req.raw, buf.baseAddress! + used, remaining, d.name, &st, off_t(d.offset))
+                }
+                if needed > remaining { break }
+                used += needed
+                if plus && d.entry != nil && d.name != "." && d.name != ".." { engine.retain(d.ino) }
+            }
+            fuse_reply_buf(req.raw, buf.baseAddress, used)
+        }
+    }
+
+    // MARK: - Extended attributes
+
+    func setxattr(_ req: FuseRequest, ino: InodeNumber, name: String, value: [UInt8], flags: Int32) {
+        let flag: StowFileSystem.XattrFlag = flags & 1 != 0 ? .create : (flags & 2 != 0 ? .replace : .any)
+        respond(req, { () async throws(FSError) in try await self.engine.setxattr(ino, name: name, value: value, flag: flag) }) { r, _ in r.replyOK() }
+    }
+
+    func getxattr(_ req: FuseRequest, ino: InodeNumber, name: String, size: Int) {
+        respond(req, { () async throws(FSError) -> [UInt8] in try await self.engine.getxattr(ino, name: name) }) { $0.reply(xattr: $1, size: size) }
+    }
+
+    func listxattr(_ req: FuseRequest, ino: InodeNumber, size: Int) {
+        respond(req, { () async throws(FSError) -> [UInt8] in
+            try await self.engine.listxattr(ino).flatMap { Array($0.utf8) + [0] }
+        }) { $0.reply(xattr: $1, size: size) }
+    }
+
+    func removexattr(_ req: FuseRequest, ino: InodeNumber, name: String) {
+        respond(req, { () async throws(FSError) in try await self.engine.removexattr(ino, name: name) }) { r, _ in r.replyOK() }
+    }
+
+    func statfs(_ req: FuseRequest) { req.reply(statfs: engine.statfs()) }
+}
+
+/// A `fuse_file_info` copied out of a callback, to answer open/create from a task.
+///
+/// `@unchecked Sendable`: the box owns its copy; nothing else points at it.
+final class FileInfoBox: @unchecked Sendable {
+    private let storage: UnsafeMutablePointer<fuse_file_info>
+
+    init(_ fi: UnsafeMutablePointer<fuse_file_info>?) {
+        storage = .allocate(capacity: 1)
+        storage.initialize(to: fi?.pointee ?? fuse_file_info())
+    }
+
+    var pointer: UnsafeMutablePointer<fuse_file_info> { storage }
+
+    deinit {
+        storage.deinitialize(count: 1)
+        storage.deallocate()
+    }
+}

@@ -1,0 +1,56 @@
+import CFuse
+import StorageProtocol
+import StowFS
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Engine values ↔ C structs.
+enum FuseConversions {
+    static func typeBits(_ kind: NodeKind) -> UInt32 {
+        switch kind {
+        case .file: 0o100000
+        case .directory: 0o040000
+        case .symlink: 0o120000
+        case .fifo: 0o010000
+        case .socket: 0o140000
+        case .characterDevice: 0o020000
+        case .blockDevice: 0o060000
+        }
+    }
+
+    static func timespec(_ t: TimeSpec) -> Glibc.timespec {
+        Glibc.timespec(tv_sec: Int(t.seconds), tv_nsec: Int(t.subsecondNanoseconds))
+    }
+
+    static func stat(_ a: FileAttributes) -> Glibc.stat {
+        var st = Glibc.stat()
+        st.st_ino = UInt(a.ino)
+        st.st_mode = typeBits(a.kind) | (a.mode & 0o7777)
+        st.st_nlink = UInt(a.nlink)
+        st.st_uid = a.uid
+        st.st_gid = a.gid
+        st.st_rdev = UInt(a.rdev)
+        st.st_size = Int(a.size)
+        st.st_blksize = 1 << 20
+        st.st_blocks = Int(a.blocks)
+        st.st_atim = timespec(a.atime)
+        st.st_mtim = timespec(a.mtime)
+        st.st_ctim = timespec(a.ctime)
+        return st
+    }
+
+    static func entryParam(_ e: Entry) -> fuse_entry_param {
+        var p = fuse_entry_param()
+        p.ino = fuse_ino_t(e.ino)
+        p.generation = 0
+        p.attr = stat(e.attributes)
+        p.attr_timeout = e.attributeTTL.seconds
+        p.entry_timeout = e.entryTTL.seconds
+        return p
+    }
+
+    static func time(_ t: Glibc.timespec) -> TimeSpec {
+        TimeSpec(nanoseconds: Int64(t.tv_sec) * 1_000_000_000 + Int64(t.tv_nsec))
+    }
+}

@@ -1,0 +1,91 @@
+import CFuse
+import StowFS
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The adapter behind a request (the session's userdata; the session holds the +1).
+@inline(__always)
+private func adapter(_ req: fuse_req_t?) -> FuseAdapter {
+    Unmanaged<FuseAdapter>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
+}
+
+@inline(__always)
+private func string(_ p: UnsafePointer<CChar>?) -> String { p.map { String(cString: $0) } ?? "" }
+
+/// The table of low-level operations: non-capturing trampolines into `FuseAdapter`.
+func makeOperations() -> fuse_lowlevel_ops {
+    var ops = fuse_lowlevel_ops()
+    ops.`init` = { userdata, conn in
+        guard let conn else { return }
+        let capable = conn.pointee.capable
+        var want = conn.pointee.want
+        for cap in [FUSE_CAP_ASYNC_READ, FUSE_CAP_ATOMIC_O_TRUNC, FUSE_CAP_PARALLEL_DIROPS, FUSE_CAP_READDIRPLUS] where capable & UInt32(cap) != 0 {
+            want |= UInt32(cap)
+        }
+        // Always readdirplus: the listing already carries every child's attributes.
+        want &= ~UInt32(FUSE_CAP_READDIRPLUS_AUTO)
+        want &= ~UInt32(FUSE_CAP_WRITEBACK_CACHE)
+        conn.pointee.want = want
+        if conn.pointee.max_readahead < 1 << 20 { conn.pointee.max_readahead = min(conn.pointee.max_readahead, 1 << 20) }
+    }
+    ops.lookup = { req, parent, name in adapter(req).lookup(FuseRequest(req), parent: parent, name: string(name)) }
+    ops.forget = { req, ino, n in
+        adapter(req).forget(ino, count: n)
+        fuse_reply_none(req)
+    }
+    ops.forget_multi = { req, count, forgets in
+        let a = adapter(req)
+        for i in 0..<count {
+            if let f = forgets?[i] { a.forget(f.ino, count: f.nlookup) }
+        }
+        fuse_reply_none(req)
+    }
+    ops.getattr = { req, ino, _ in adapter(req).getattr(FuseRequest(req), ino: ino) }
+    ops.setattr = { req, ino, attr, toSet, fi in
+        adapter(req).setattr(FuseRequest(req), ino: ino, attr: attr?.pointee ?? Glibc.stat(), toSet: toSet, handle: fi?.pointee.fh)
+    }
+    ops.readlink = { req, ino in adapter(req).readlink(FuseRequest(req), ino: ino) }
+    ops.mknod = { req, parent, name, mode, rdev in
+        adapter(req).mknod(FuseRequest(req), parent: parent, name: string(name), mode: mode, rdev: UInt64(rdev))
+    }
+    ops.mkdir = { req, parent, name, mode in adapter(req).mkdir(FuseRequest(req), parent: parent, name: string(name), mode: mode) }
+    ops.unlink = { req, parent, name in adapter(req).unlink(FuseRequest(req), parent: parent, name: string(name)) }
+    ops.rmdir = { req, parent, name in adapter(req).rmdir(FuseRequest(req), parent: parent, name: string(name)) }
+    ops.symlink = { req, target, parent, name in
+        adapter(req).symlink(FuseRequest(req), target: string(target), parent: parent, name: string(name))
+    }
+    ops.rename = { req, parent, name, newParent, newName, flags in
+        adapter(req).rename(FuseRequest(req), parent: parent, name: string(name), newParent: newParent, newName: string(newName), flags: flags)
+    }
+    ops.link = { req, ino, newParent, newName in adapter(req).link(FuseRequest(req), ino: ino, newParent: newParent, newName: string(newName)) }
+    ops.create = { req, parent, name, mode, fi in
+        adapter(req).create(FuseRequest(req), parent: parent, name: string(name), mode: mode, fileInfo: FileInfoBox(fi))
+    }
+    ops.open = { req, ino, fi in adapter(req).open(FuseRequest(req), ino: ino, flags: fi?.pointee.flags ?? 0, fileInfo: FileInfoBox(fi)) }
+    ops.read = { req, ino, size, off, fi in adapter(req).read(FuseRequest(req), ino: ino, size: size, offset: Int64(off), handle: fi?.pointee.fh ?? 0) }
+    ops.write = { req, ino, buf, size, off, fi in
+        adapter(req).write(FuseRequest(req), ino: ino, buffer: buf, size: size, offset: Int64(off), handle: fi?.pointee.fh ?? 0)
+    }
+    ops.flush = { req, ino, fi in adapter(req).flush(FuseRequest(req), ino: ino, handle: fi?.pointee.fh ?? 0) }
+    ops.release = { req, ino, fi in adapter(req).release(FuseRequest(req), ino: ino, handle: fi?.pointee.fh ?? 0) }
+    ops.fsync = { req, ino, _, fi in adapter(req).fsync(FuseRequest(req), ino: ino, handle: fi?.pointee.fh ?? 0) }
+    ops.opendir = { req, ino, fi in adapter(req).opendir(FuseRequest(req), ino: ino, fileInfo: fi) }
+    ops.readdir = { req, ino, size, off, fi in
+        adapter(req).readdir(FuseRequest(req), ino: ino, size: size, offset: Int64(off), handle: fi?.pointee.fh ?? 0, plus: false)
+    }
+    ops.readdirplus = { req, ino, size, off, fi in
+        adapter(req).readdir(FuseRequest(req), ino: ino, size: size, offset: Int64(off), handle: fi?.pointee.fh ?? 0, plus: true)
+    }
+    ops.releasedir = { req, ino, fi in adapter(req).releasedir(FuseRequest(req), ino: ino, handle: fi?.pointee.fh ?? 0) }
+    ops.fsyncdir = { req, _, _, _ in fuse_reply_err(req, 0) }
+    ops.statfs = { req, _ in adapter(req).statfs(FuseRequest(req)) }
+    ops.setxattr = { req, ino, name, value, size, flags in
+        let bytes = value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
+        adapter(req).setxattr(FuseRequest(req), ino: ino, name: string(name), value: bytes, flags: flags)
+    }
+    ops.getxattr = { req, ino, name, size in adapter(req).getxattr(FuseRequest(req), ino: ino, name: string(name), size: size) }
+    ops.listxattr = { req, ino, size in adapter(req).listxattr(FuseRequest(req), ino: ino, size: size) }
+    ops.removexattr = { req, ino, name in adapter(req).removexattr(FuseRequest(req), ino: ino, name: string(name)) }
+    return ops
+}

@@ -1,0 +1,92 @@
+import Foundation
+public import Logging
+import StorageClient
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The `stowd` a mount without `--endpoint` uses: the one already serving the data folder, or a
+/// new one started beside `stowfs` on loopback.
+public final class EmbeddedServer: @unchecked Sendable {
+    // @unchecked: `process` is set once in `start` and read-only afterwards.
+    public let endpoint: String
+    public let token: String
+    private let process: Process?
+
+    public static func defaultDataDirectory() -> String {
+        let env = ProcessInfo.processInfo.environment
+        let base = env["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? (NSHomeDirectory() + "/.local/share")
+        return base + "/stowfs/stowd"
+    }
+
+    private init(endpoint: String, token: String, process: Process?) {
+        self.endpoint = endpoint
+        self.token = token
+        self.process = process
+    }
+
+    /// Finds the running stowd of `dataDirectory`, or starts one.
+    public static func findOrStart(dataDirectory: String, logger: Logger) async throws -> EmbeddedServer {
+        if let url = try? String(contentsOfFile: dataDirectory + "/stowd.url", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines),
+            await isHealthy(url), let token = readToken(dataDirectory)
+        {
+            logger.info("using the stowd already serving \(dataDirectory) at \(url)")
+            return EmbeddedServer(endpoint: url, token: token, process: nil)
+        }
+        let binary = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent().path + "/stowd"
+        guard FileManager.default.isExecutableFile(atPath: binary) else {
+            throw MountProblem("no stowd beside stowfs (\(binary))", fix: "install both (make install), or give a server with --endpoint URL")
+        }
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: binary)
+        p.arguments = ["--data-dir", dataDirectory, "--port", "0", "--log-level", "warning"]
+        var env = ProcessInfo.processInfo.environment
+        env["STOWD_TOKEN"] = nil
+        p.environment = env
+        let out = Pipe()
+        p.standardOutput = out
+        try p.run()
+        var line = Data()
+        while true {
+            let b = out.fileHandleForReading.readData(ofLength: 1)
+            if b.isEmpty || b == Data("\n".utf8) { break }
+            line += b
+        }
+        let url = String(decoding: line, as: UTF8.self)
+        guard url.hasPrefix("http"), let token = readToken(dataDirectory) else {
+            p.terminate()
+            throw MountProblem("the embedded stowd did not start (data in \(dataDirectory))", fix: "run it by hand to see why: \(binary) --data-dir \(dataDirectory)")
+        }
+        logger.info("started stowd at \(url) (data in \(dataDirectory))")
+        return EmbeddedServer(endpoint: url, token: token, process: p)
+    }
+
+    static func readToken(_ dir: String) -> String? {
+        (try? String(contentsOfFile: dir + "/admin.token", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    static func isHealthy(_ url: String) async -> Bool {
+        let store = HTTPObjectStore(configuration: {
+            var c = HTTPObjectStore.Configuration(endpoint: url, token: nil)
+            c.retry = .none
+            c.requestTimeout = .seconds(2)
+            return c
+        }())
+        defer { Task { try? await store.shutdown() } }
+        do {
+            _ = try await store.namespaces()
+            return true
+        } catch let e as StorageError {
+            return e.kind == .unauthorized
+        } catch {
+            return false
+        }
+    }
+
+    /// Stops the stowd this started (a stowd found running is left alone).
+    public func stop() {
+        guard let p = process, p.isRunning else { return }
+        p.terminate()
+        p.waitUntilExit()
+    }
+}

@@ -1,0 +1,38 @@
+public import StorageProtocol
+
+/// Everything `stowfs mount` was asked for.
+public struct MountOptions: Sendable {
+    public var namespace: Namespace?
+    public var mountpoint: String
+    public var endpoint: String?
+    public var token: String?
+    public var cacheDirectory: String?
+    public var cacheSize: Int64 = 2 << 30
+    public var fuseOptions: [String] = []
+    public var foreground = false
+    public var createNamespace = false
+    public var uid: UInt32?
+    public var gid: UInt32?
+    public var umask: UInt32 = 0o022
+    public var attributeTTL: Double = 5
+    public var uploadParallelism = 8
+    public var readOnly = false
+    /// Where the embedded stowd keeps its data (no `--endpoint`).
+    public var embeddedDataDirectory: String?
+
+    public init(namespace: Namespace?, mountpoint: String) {
+        self.namespace = namespace
+        self.mountpoint = mountpoint
+    }
+}
+
+/// A problem a user can fix, said so that they can.
+public struct MountProblem: Error, CustomStringConvertible, Sendable {
+    public var problem: String
+    public var fix: String
+    public init(_ problem: String, fix: String) {
+        self.problem = problem
+        self.fix = fix
+    }
+    public var description: String { "\(problem)\n  → \(fix)" }
+}

@@ -1,0 +1,165 @@
+import Foundation
+import FuseKit
+public import Logging
+import StorageClient
+public import StorageProtocol
+public import StowFS
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Runs one mount from start to clean exit: checks, server, engine, FUSE session, control
+/// socket, signals, and the drain of the upload queue before the process ends.
+public enum MountRunner {
+    /// The root of stowfs's caches: `$XDG_CACHE_HOME/stowfs` or `~/.cache/stowfs`.
+    public static func cacheRoot() -> String {
+        let env = ProcessInfo.processInfo.environment
+        let base = env["XDG_CACHE_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? (NSHomeDirectory() + "/.cache")
+        return base + "/stowfs"
+    }
+
+    /// The default cache folder of a mount: one per server and namespace, so that a remount finds its journal.
+    public static func defaultCacheDirectory(endpoint: String, namespace: Namespace?) -> String {
+        let server = endpoint.replacingOccurrences(of: "http://", with: "").replacingOccurrences(of: "https://", with: "")
+            .map { $0.isLetter || $0.isNumber || $0 == "." || $0 == "-" ? $0 : "_" }
+        return cacheRoot() + "/" + String(server) + "/" + (namespace?.name ?? "_all")
+    }
+
+    /// Where a daemonized mount logs.
+    public static func logFile(mountpoint: String) -> String {
+        cacheRoot() + "/logs/" + (ControlSocket.path(for: mountpoint) as NSString).lastPathComponent.replacingOccurrences(of: ".sock", with: ".log")
+    }
+
+    /// Mounts and serves until unmounted; returns the exit status.
+    public static func run(_ options: MountOptions, logger: Logger) async throws -> Int32 {
+        let mountpoint = URL(fileURLWithPath: options.mountpoint, isDirectory: true).standardizedFileURL.path
+        try Preflight.checkFuse()
+        try Preflight.checkMountpoint(mountpoint, allowNonEmpty: options.fuseOptions.contains("nonempty"))
+
+        var embedded: EmbeddedServer?
+        let endpoint: String
+        let token: String?
+        if let e = options.endpoint {
+            endpoint = e
+            token = options.token
+        } else {
+            let server = try await EmbeddedServer.findOrStart(dataDirectory: options.embeddedDataDirectory ?? EmbeddedServer.defaultDataDirectory(), logger: logger)
+            embedded = server
+            endpoint = server.endpoint
+            token = server.token
+        }
+        let store = HTTPObjectStore(configuration: HTTPObjectStore.Configuration(endpoint: endpoint, token: token))
+        func cleanup() async {
+            try? await store.shutdown()
+            embedded?.stop()
+        }
+        do {
+            try await Preflight.checkServer(store, endpoint: endpoint, namespace: options.namespace, create: options.createNamespace)
+            // The embedded server moves between ports: its mounts are keyed by "local", so a remount finds its journal.
+            let cacheDirectory = options.cacheDirectory ?? defaultCacheDirectory(endpoint: embedded == nil ? endpoint : "local", namespace: options.namespace)
+            try Preflight.checkCacheDirectory(cacheDirectory)
+            guard let lock = try? CacheLock(cacheDirectory + "/lock") else {
+                throw MountProblem("another stowfs is using the cache folder \(cacheDirectory)", fix: "unmount it first, or give this mount its own --cache-dir")
+            }
+            defer { withExtendedLifetime(lock) {} }
+
+            var config = MountConfiguration(scope: options.namespace.map { .namespace($0) } ?? .all, cacheDirectory: cacheDirectory)
+            config.cacheSize = options.cacheSize
+            config.attributeTTL = .milliseconds(Int(options.attributeTTL * 1000))
+            config.entryTTL = config.attributeTTL
+            config.uploadParallelism = options.uploadParallelism
+            config.defaultUID = options.uid ?? getuid()
+            config.defaultGID = options.gid ?? getgid()
+            config.umask = options.umask
+            config.readOnly = options.readOnly || options.fuseOptions.contains("ro")
+            let engine = try await StowFileSystem(configuration: config, store: store, logger: logger)
+            await engine.start()
+
+            let fuseOptions = ["default_permissions"] + options.fuseOptions.filter { $0 != "nonempty" && $0 != "default_permissions" }
+            let fsname = "stowfs:" + (options.namespace?.name ?? "all")
+            let mount = try FuseMount(engine: engine, mountpoint: mountpoint, options: fuseOptions, fsname: fsname, logger: logger)
+            mount.setReadAhead(kilobytes: 1024)
+            let leaveQueued = LeaveQueued()
+            let control = ControlServer(engine: engine, mountpoint: mountpoint, logger: logger) { leave in
+                if leave { leaveQueued.set() }
+                mount.requestExit()
+            }
+            let controlTask = Task { try await control.run() }
+            mount.onSignal { sig in
+                Task {
+                    logger.info("signal \(sig): storing what is queued, then unmounting")
+                    await engine.sync { logger.info("\(ProgressText.line($0))") }
+                    mount.requestExit()
+                }
+            }
+            logger.info("mounted \(fsname) at \(mountpoint) (server \(endpoint), cache \(cacheDirectory))")
+            let rc = await mount.run()
+            logger.info("unmounted \(mountpoint)")
+            if !leaveQueued.isSet {
+                // The mount is gone (unmount, fusermount3 -u, a signal): what is still owed goes now.
+                let pending = await engine.status().queue.files
+                if pending > 0 {
+                    logger.info("storing \(pending) file(s) still queued before exiting")
+                    await engine.sync { logger.info("\(ProgressText.line($0))") }
+                }
+            } else {
+                let left = await engine.status().queue.files
+                logger.info("leaving \(left) file(s) queued for the next mount")
+            }
+            await engine.stop()
+            controlTask.cancel()
+            _ = try? await controlTask.value
+            await cleanup()
+            return rc == 0 || rc == SIGTERM || rc == SIGINT ? 0 : 1
+        } catch {
+            await cleanup()
+            throw error
+        }
+    }
+}
+
+/// Set when an unmount asked to leave the queue for the next mount.
+final class LeaveQueued: Sendable {
+    private let flag = SendableFlag()
+    func set() { flag.set() }
+    var isSet: Bool { flag.isSet }
+}
+
+/// An exclusive lock on a cache folder, held while the object lives.
+final class CacheLock {
+    let fd: Int32
+    init(_ path: String) throws {
+        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw MountProblem("cannot open \(path)", fix: "check the cache folder's permissions") }
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            close(fd)
+            throw MountProblem("locked", fix: "")
+        }
+    }
+    deinit { close(fd) }
+}
+
+import Synchronization
+
+final class SendableFlag: Sendable {
+    private let value = Mutex(false)
+    func set() { value.withLock { $0 = true } }
+    var isSet: Bool { value.withLock { $0 } }
+}
+
+/// How queue progress reads in a log line or on a terminal.
+public enum ProgressText {
+    public static func line(_ q: QueueStatus, rate: Double? = nil) -> String {
+        if q.files == 0 { return "all stored (\(q.uploadedFiles) file(s), \(ByteSize.format(q.uploadedBytes)) this mount)" }
+        var s = "\(q.files) file(s), \(ByteSize.format(max(0, q.bytes - q.bytesSent))) left"
+        if q.uploading > 0 { s += ", \(q.uploading) uploading" }
+        if let rate, rate > 0 {
+            s += String(format: ", %@/s", ByteSize.format(Int64(rate)))
+            let eta = Double(max(0, q.bytes - q.bytesSent)) / rate
+            s += eta < 3600 ? String(format: ", ETA %.0fs", eta) : ""
+        }
+        if q.failed > 0 { s += ", \(q.failed) failed" }
+        if let why = q.items.first(where: { $0.lastError != nil })?.lastError { s += " — waiting: \(why)" }
+        return s
+    }
+}

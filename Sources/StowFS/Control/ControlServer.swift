@@ -1,0 +1,131 @@
+import Foundation
+public import Logging
+import NIOCore
+import NIOPosix
+import StorageProtocol
+
+/// Serves the control socket of a mount (status, sync, unmount).
+public final class ControlServer: Sendable {
+    let engine: StowFileSystem
+    let mountpoint: String
+    let path: String
+    let logger: Logger
+    /// Drains (unless told not to) and unmounts; called for `unmount`.
+    let unmount: @Sendable (_ leaveQueued: Bool) async -> Void
+
+    public init(engine: StowFileSystem, mountpoint: String, logger: Logger, unmount: @escaping @Sendable (Bool) async -> Void) {
+        self.engine = engine
+        self.mountpoint = mountpoint
+        self.path = ControlSocket.path(for: mountpoint)
+        self.logger = logger
+        self.unmount = unmount
+    }
+
+    /// Listens until cancelled.
+    public func run() async throws {
+        try FileManager.default.createDirectory(atPath: ControlSocket.directory(), withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
+                }
+            }
+        chmod(path, 0o600)
+        defer { unlink(path) }
+        try await withThrowingDiscardingTaskGroup { group in
+            try await server.executeThenClose { inbound in
+                for try await connection in inbound {
+                    group.addTask {
+                        do {
+                            try await self.serve(connection)
+                        } catch {
+                            self.logger.debug("control connection ended: \(error)")
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    func serve(_ connection: NIOAsyncChannel<ByteBuffer, ByteBuffer>) async throws {
+        try await connection.executeThenClose { inbound, outbound in
+            var pending = ByteBuffer()
+            for try await var chunk in inbound {
+                pending.writeBuffer(&chunk)
+                guard let newline = pending.readableBytesView.firstIndex(of: UInt8(ascii: "\n")) else {
+                    if pending.readableBytes > 64 * 1024 { return }
+                    continue
+                }
+                let line = pending.readSlice(length: newline - pending.readerIndex)!
+                let request = try? JSONDecoder().decode(ControlRequest.self, from: Data(line.readableBytesView))
+                let send: @Sendable (ControlMessage) async throws -> Void = { m in
+                    var out = ByteBuffer(bytes: WireJSON.encode(m))
+                    out.writeString("\n")
+                    try await outbound.write(out)
+                }
+                switch request?.command {
+                case "status":
+                    try await send(ControlMessage(status: await engine.status(), mountpoint: mountpoint))
+                case "sync":
+                    try await drain(send)
+                    try await send(ControlMessage(done: true))
+                case "unmount":
+                    if request?.leaveQueued != true { try await drain(send) }
+                    await unmount(request?.leaveQueued == true)
+                    try await send(ControlMessage(done: true))
+                default:
+                    try await send(ControlMessage(error: "unknown command; use status, sync or unmount"))
+                }
+                return
+            }
+        }
+    }
+
+    /// Waits for the queue to drain, sending progress about twice a second.
+    private func drain(_ send: @escaping @Sendable (ControlMessage) async throws -> Void) async throws {
+        let progress = AsyncStream.makeStream(of: QueueStatus.self, bufferingPolicy: .bufferingNewest(1))
+        async let syncing: Void = {
+            await engine.sync { progress.continuation.yield($0) }
+            progress.continuation.finish()
+        }()
+        for await p in progress.stream { try? await send(ControlMessage(progress: p)) }
+        await syncing
+    }
+}
+
+/// Talks to a mount's control socket.
+public enum ControlClient {
+    public struct Unreachable: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// Sends one request; calls `onMessage` for every answer line until `done`, an error, or the end.
+    public static func send(_ request: ControlRequest, mountpoint: String, onMessage: @escaping @Sendable (ControlMessage) -> Void) async throws {
+        let path = ControlSocket.path(for: mountpoint)
+        let channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>
+        do {
+            channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .connect(unixDomainSocketPath: path) { ch in
+                    ch.eventLoop.makeCompletedFuture { try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: ch) }
+                }
+        } catch {
+            throw Unreachable(description: "no stowfs is serving \(mountpoint) (no answer on \(path))")
+        }
+        try await channel.executeThenClose { inbound, outbound in
+            var line = ByteBuffer(bytes: WireJSON.encode(request))
+            line.writeString("\n")
+            try await outbound.write(line)
+            var pending = ByteBuffer()
+            for try await var chunk in inbound {
+                pending.writeBuffer(&chunk)
+                while let newline = pending.readableBytesView.firstIndex(of: UInt8(ascii: "\n")) {
+                    let slice = pending.readSlice(length: newline - pending.readerIndex)!
+                    pending.moveReaderIndex(forwardBy: 1)
+                    guard let message = try? JSONDecoder().decode(ControlMessage.self, from: Data(slice.readableBytesView)) else { continue }
+                    onMessage(message)
+                    if message.done == true || message.error != nil || message.status != nil { return }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,89 @@
+import Foundation
+import MountService
+import StorageProtocol
+import StowFS
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Progress of a drain: one live line on a terminal, plain lines (every few seconds) otherwise.
+final class ProgressPrinter: Sendable {
+    private struct State {
+        var lastBytes: Int64?
+        var lastTime = Date()
+        var rate: Double = 0
+        var lastPrinted = Date.distantPast
+        var shown = false
+    }
+
+    private let state = Mutex(State())
+    let isTerminal = isatty(STDOUT_FILENO) != 0
+
+    func show(_ q: QueueStatus) {
+        let line: String? = state.withLock { s in
+            let now = Date()
+            let done = q.uploadedBytes
+            if let last = s.lastBytes {
+                let dt = now.timeIntervalSince(s.lastTime)
+                if dt > 0.2 {
+                    let r = Double(done - last) / dt
+                    s.rate = s.rate == 0 ? r : s.rate * 0.6 + r * 0.4
+                    s.lastBytes = done
+                    s.lastTime = now
+                }
+            } else {
+                s.lastBytes = done
+                s.lastTime = now
+            }
+            if q.files == 0 && !s.shown { return nil }
+            if !isTerminal && now.timeIntervalSince(s.lastPrinted) < 2 { return nil }
+            s.lastPrinted = now
+            s.shown = true
+            return ProgressText.line(q, rate: s.rate)
+        }
+        guard let line else { return }
+        if isTerminal {
+            FileHandle.standardOutput.write(Data("\r\u{1b}[2K↑ \(line)".utf8))
+        } else {
+            print(line)
+        }
+    }
+
+    func finish() {
+        let shown = state.withLock { $0.shown }
+        if isTerminal && shown { FileHandle.standardOutput.write(Data("\n".utf8)) }
+        print("everything is stored")
+    }
+}
+
+final class StatusBox: Sendable {
+    private let message = Mutex<ControlMessage?>(nil)
+    func set(_ m: ControlMessage) { message.withLock { $0 = m } }
+    var value: ControlMessage? { message.withLock { $0 } }
+}
+
+enum StatusText {
+    static func render(_ s: MountStatus, mountpoint: String) -> String {
+        let q = s.queue
+        var lines = ["\(mountpoint)"]
+        if q.files == 0 {
+            lines.append("  queue:   empty — everything is stored")
+        } else {
+            lines.append("  queue:   \(q.files) file(s), \(ByteSize.format(q.bytes)) (\(ByteSize.format(q.bytesSent)) sent), \(q.uploading) uploading, \(q.failed) failed")
+        }
+        lines.append("  stored:  \(q.uploadedFiles) file(s), \(ByteSize.format(q.uploadedBytes)) since mount")
+        let hitRate = s.cache.hits + s.cache.misses > 0 ? Double(s.cache.hits) * 100 / Double(s.cache.hits + s.cache.misses) : 0
+        lines.append(String(format: "  cache:   %@ of %@, %.0f%% hits", ByteSize.format(s.cache.bytes), ByteSize.format(s.cache.capacity), hitRate))
+        lines.append("  open:    \(s.openFiles) handle(s), \(s.inodes) inode(s) known")
+        for item in q.items.prefix(20) {
+            var l = "  \(item.state.padding(toLength: 9, withPad: " ", startingAt: 0)) \(item.path)  \(ByteSize.format(item.size))"
+            if item.state == "uploading" && item.size > 0 { l += String(format: "  %.0f%%", Double(item.sent) * 100 / Double(item.size)) }
+            if let e = item.lastError { l += "  (attempt \(item.attempts): \(e))" }
+            if let r = item.retryInSeconds { l += String(format: "  retry in %.0fs", r) }
+            lines.append(l)
+        }
+        if q.items.count > 20 { lines.append("  … and \(q.items.count - 20) more") }
+        return lines.joined(separator: "\n")
+    }
+}

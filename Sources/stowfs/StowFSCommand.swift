@@ -1,0 +1,271 @@
+import ArgumentParser
+import Foundation
+import Logging
+import MountService
+import StorageProtocol
+import StowFS
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@main
+struct StowFSCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "stowfs",
+        abstract: "Mount remote file storage (a stowd namespace) as a folder.",
+        discussion: """
+            Files written to the mount are stored locally first and uploaded in the background; close(2)
+            returns once they are safe in the local journal. `stowfs sync`, fsync(2) and unmount wait
+            until the server has everything.
+            """,
+        subcommands: [Mount.self, Unmount.self, Sync.self, Status.self])
+}
+
+func bootstrapLogging(level: String) {
+    let lvl = Logger.Level(rawValue: level) ?? .info
+    LoggingSystem.bootstrap { label in
+        var h = StreamLogHandler.standardError(label: label)
+        h.logLevel = lvl
+        return h
+    }
+}
+
+func fail(_ message: String) -> Never {
+    FileHandle.standardError.write(Data("stowfs: \(message)\n".utf8))
+    exit(1)
+}
+
+struct Mount: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Mount a namespace (or, with --all, every namespace) at a folder.",
+        discussion: """
+            Without --endpoint, stowfs uses the stowd installed beside it, started on loopback with its
+            data under ~/.local/share/stowfs/stowd (or the one already running there).
+            Examples:
+              stowfs mount photos /mnt/photos --endpoint http://127.0.0.1:8420
+              stowfs mount --all /mnt/stow
+              stowfs mount demo ./mnt --create -o allow_other
+            """)
+
+    @Argument(help: "The namespace to mount (omit with --all).")
+    var namespace: String?
+
+    @Argument(help: "The folder to mount at (empty).")
+    var mountpoint: String?
+
+    @Flag(help: "Mount the root: each top-level folder is a namespace.")
+    var all = false
+
+    @Option(help: "The stowd to use, e.g. http://127.0.0.1:8420. Default: a local stowd beside stowfs.")
+    var endpoint: String?
+
+    @Option(help: "A file whose first line is the token (else STOWFS_TOKEN).")
+    var tokenFile: String?
+
+    @Option(help: "Where local copies, the block cache and the upload journal live. Default: ~/.cache/stowfs/<server>/<namespace>.")
+    var cacheDir: String?
+
+    @Option(help: "Size bound of the block cache (e.g. 2G).")
+    var cacheSize: String = "2G"
+
+    @Flag(help: "Stay attached to the terminal (default: return once the mount is live).")
+    var foreground = false
+
+    @Option(name: .customShort("o"), help: "FUSE mount options, comma-separated (allow_other, ro, nonempty, ...).")
+    var options: [String] = []
+
+    @Flag(help: "Create the namespace if it does not exist.")
+    var create = false
+
+    @Option(help: "Owner shown for files that carry none (default: yours).")
+    var uid: UInt32?
+
+    @Option(help: "Group shown for files that carry none (default: yours).")
+    var gid: UInt32?
+
+    @Option(help: "Mode mask for files that carry no mode, in octal.")
+    var umask: String = "022"
+
+    @Option(help: "Seconds that attributes and listings from the server are trusted.")
+    var attrTTL: Double = 5
+
+    @Option(help: "Uploads in flight at once.")
+    var parallel: Int = 8
+
+    @Option(help: "Log level: trace, debug, info, notice, warning, error.")
+    var logLevel: String = "info"
+
+    @Flag(help: .hidden)
+    var daemonChild = false
+
+    func validate() throws {
+        if all {
+            guard mountpoint == nil, namespace != nil else { throw ValidationError("with --all, give only the mountpoint: stowfs mount --all MOUNTPOINT") }
+        } else {
+            guard let ns = namespace, mountpoint != nil else { throw ValidationError("give a namespace and a mountpoint: stowfs mount NAMESPACE MOUNTPOINT") }
+            guard Namespace.isValid(ns) else { throw ValidationError("`\(ns)` is not a valid namespace (a–z, 0–9, `.`, `_`, `-`; at most 63)") }
+        }
+        guard ByteSize.parse(cacheSize) != nil else { throw ValidationError("--cache-size: `\(cacheSize)` is not a size (try 2G)") }
+        guard UInt32(umask, radix: 8) != nil else { throw ValidationError("--umask: `\(umask)` is not octal") }
+        guard parallel >= 1 && parallel <= 256 else { throw ValidationError("--parallel must be 1 to 256") }
+        guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level: `\(logLevel)` is not a level") }
+    }
+
+    var target: String { (all ? namespace : mountpoint) ?? "" }
+
+    func run() async throws {
+        var opts = MountOptions(namespace: all ? nil : namespace.flatMap { try? Namespace($0) }, mountpoint: target)
+        opts.endpoint = endpoint
+        if let tokenFile {
+            guard let text = try? String(contentsOfFile: tokenFile, encoding: .utf8),
+                let line = text.split(separator: "\n").first(where: { !$0.trimmingCharacters(in: .whitespaces).isEmpty })
+            else { fail("cannot read a token from \(tokenFile)") }
+            opts.token = line.trimmingCharacters(in: .whitespaces)
+        } else {
+            opts.token = ProcessInfo.processInfo.environment["STOWFS_TOKEN"]
+        }
+        if endpoint != nil && opts.token == nil { fail("no token: set STOWFS_TOKEN or pass --token-file") }
+        opts.cacheDirectory = cacheDir
+        opts.cacheSize = ByteSize.parse(cacheSize) ?? opts.cacheSize
+        opts.fuseOptions = options.flatMap { $0.split(separator: ",").map(String.init) }
+        opts.createNamespace = create
+        opts.uid = uid
+        opts.gid = gid
+        opts.umask = UInt32(umask, radix: 8) ?? 0o022
+        opts.attributeTTL = attrTTL
+        opts.uploadParallelism = parallel
+
+        if !foreground {
+            Glibc.exit(Daemon.spawn(mountpoint: target, logFile: MountRunner.logFile(mountpoint: target)))
+        }
+        if daemonChild { _ = setsid() }
+        bootstrapLogging(level: logLevel)
+        let logger = Logger(label: "stowfs")
+        do {
+            let rc = try await MountRunner.run(opts, logger: logger)
+            Glibc.exit(rc)
+        } catch let p as MountProblem {
+            fail(p.description)
+        } catch {
+            fail("\(error)")
+        }
+    }
+}
+
+/// Starting the mount in the background and waiting until it is live.
+enum Daemon {
+    static func spawn(mountpoint: String, logFile: String) -> Int32 {
+        try? FileManager.default.createDirectory(atPath: (logFile as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        if !FileManager.default.fileExists(atPath: logFile) { _ = FileManager.default.createFile(atPath: logFile, contents: nil) }
+        guard let log = FileHandle(forWritingAtPath: logFile) else { fail("cannot write the log file \(logFile)") }
+        log.seekToEndOfFile()
+        let start = log.offsetInFile
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        p.arguments = Array(CommandLine.arguments.dropFirst()) + ["--foreground", "--daemon-child"]
+        p.standardInput = FileHandle.nullDevice
+        p.standardOutput = log
+        p.standardError = log
+        do { try p.run() } catch { fail("cannot start the mount process: \(error)") }
+        let deadline = Date().addingTimeInterval(120)
+        while Date() < deadline {
+            if Preflight.isMounted(mountpoint) {
+                print("mounted at \(mountpoint) (log: \(logFile))")
+                return 0
+            }
+            if !p.isRunning {
+                let text = (try? String(contentsOfFile: logFile, encoding: .utf8)) ?? ""
+                let mine = String(text.utf8.dropFirst(Int(start))) ?? text
+                FileHandle.standardError.write(Data(mine.utf8))
+                return p.terminationStatus == 0 ? 1 : p.terminationStatus
+            }
+            usleep(100_000)
+        }
+        fail("the mount did not come up within 2 minutes; see \(logFile)")
+    }
+}
+
+struct Unmount: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Store what is queued, then unmount (with progress).",
+        discussion: "With --leave-queued, unmount at once and keep the queue for the next mount of the same cache folder.")
+
+    @Argument(help: "The mountpoint.")
+    var mountpoint: String
+
+    @Flag(help: "Do not wait for the queue; the next mount resumes it.")
+    var leaveQueued = false
+
+    func run() async throws {
+        let progress = ProgressPrinter()
+        do {
+            try await ControlClient.send(ControlRequest(command: "unmount", leaveQueued: leaveQueued), mountpoint: mountpoint) { m in
+                if let p = m.progress { progress.show(p) }
+                if let e = m.error { fail(e) }
+            }
+            progress.finish()
+        } catch let e as ControlClient.Unreachable {
+            guard Preflight.isMounted(mountpoint) else { fail("\(mountpoint) is not mounted") }
+            // No daemon answers (it died): the kernel mount can still go.
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: "/usr/bin/fusermount3")
+            p.arguments = ["-u", mountpoint]
+            try p.run()
+            p.waitUntilExit()
+            guard p.terminationStatus == 0 else { fail("\(e.description); fusermount3 -u failed too") }
+            print("unmounted \(mountpoint) (no stowfs was serving it; files still queued resume at the next mount)")
+            return
+        }
+        // Wait for the mount to go.
+        for _ in 0..<100 where Preflight.isMounted(mountpoint) { usleep(100_000) }
+        if Preflight.isMounted(mountpoint) { fail("\(mountpoint) is still mounted (busy?); it goes when the last file on it is closed") }
+        print("unmounted \(mountpoint)")
+    }
+}
+
+struct Sync: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Return once the server has everything written to the mount before now.")
+
+    @Argument(help: "The mountpoint.")
+    var mountpoint: String
+
+    func run() async throws {
+        let progress = ProgressPrinter()
+        do {
+            try await ControlClient.send(ControlRequest(command: "sync"), mountpoint: mountpoint) { m in
+                if let p = m.progress { progress.show(p) }
+                if let e = m.error { fail(e) }
+            }
+        } catch {
+            fail("\(error)")
+        }
+        progress.finish()
+    }
+}
+
+struct Status: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Show the upload queue and cache of a mount.")
+
+    @Argument(help: "The mountpoint.")
+    var mountpoint: String
+
+    @Flag(help: "Print JSON.")
+    var json = false
+
+    func run() async throws {
+        let received = StatusBox()
+        do {
+            try await ControlClient.send(ControlRequest(command: "status"), mountpoint: mountpoint) { m in received.set(m) }
+        } catch {
+            fail("\(error)")
+        }
+        guard let message = received.value, let s = message.status else { fail("the mount sent no status") }
+        if json {
+            let e = JSONEncoder()
+            e.outputFormatting = [.prettyPrinted, .sortedKeys]
+            print(String(decoding: (try? e.encode(s)) ?? Data(), as: UTF8.self))
+            return
+        }
+        print(StatusText.render(s, mountpoint: mountpoint))
+    }
+}
