@@ -132,6 +132,15 @@ let package = Package(
             ],
             swiftSettings: testSettings
         ),
+        .testTarget(
+            name: "MountTests",
+            dependencies: [
+                "StorageClient", "StorageProtocol",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: testSettings
+        ),
         .testTarget(name: "StorageProtocolTests", dependencies: ["StorageProtocol"], swiftSettings: testSettings),
         .testTarget(
             name: "StorageServerTests",

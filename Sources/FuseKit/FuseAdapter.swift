@@ -27,7 +27,8 @@ final class FuseAdapter: Sendable {
 
     /// Runs `work` in a task and replies with `reply`, or with the error.
     func respond<T: Sendable>(
-        _ req: FuseRequest, _ work: @escaping @Sendable () async throws(FSError) -> T, reply: @escaping @Sendable (FuseRequest, T) -> Void
+        _ req: FuseRequest, _ work: @escaping @Sendable () async throws(FSError) -> T, op: String = #function,
+        reply: @escaping @Sendable (FuseRequest, T) -> Void
     ) {
         inflight.withLock { $0 += 1 }
         Task {
@@ -35,6 +36,7 @@ final class FuseAdapter: Sendable {
             do throws(FSError) {
                 reply(req, try await work())
             } catch {
+                if self.logger.logLevel <= .debug { self.logger.debug("\(op): \(error)") }
                 req.reply(error: error)
             }
         }

@@ -58,10 +58,10 @@ public enum MountRunner {
             // The embedded server moves between ports: its mounts are keyed by "local", so a remount finds its journal.
             let cacheDirectory = options.cacheDirectory ?? defaultCacheDirectory(endpoint: embedded == nil ? endpoint : "local", namespace: options.namespace)
             try Preflight.checkCacheDirectory(cacheDirectory)
-            guard let lock = try? CacheLock(cacheDirectory + "/lock") else {
+            var lock: CacheLock? = try? CacheLock(cacheDirectory + "/lock")
+            guard lock != nil else {
                 throw MountProblem("another stowfs is using the cache folder \(cacheDirectory)", fix: "unmount it first, or give this mount its own --cache-dir")
             }
-            defer { withExtendedLifetime(lock) {} }
 
             var config = MountConfiguration(scope: options.namespace.map { .namespace($0) } ?? .all, cacheDirectory: cacheDirectory)
             config.cacheSize = options.cacheSize
@@ -107,9 +107,11 @@ public enum MountRunner {
                 logger.info("leaving \(left) file(s) queued for the next mount")
             }
             await engine.stop()
+            await cleanup()
+            lock = nil
+            // Last: while the control socket answers, `stowfs unmount` knows this process is not done.
             controlTask.cancel()
             _ = try? await controlTask.value
-            await cleanup()
             return rc == 0 || rc == SIGTERM || rc == SIGINT ? 0 : 1
         } catch {
             await cleanup()

@@ -266,12 +266,19 @@ public final class HTTPObjectStore: ObjectStore {
         }
         do {
             let result = try await body(handle)
-            try? await handle.close()
+            await Self.close(handle)
             return result
         } catch {
-            try? await handle.close()
+            await Self.close(handle)
             throw error
         }
+    }
+
+    /// Closes a file handle even from a cancelled task (NIOFileSystem refuses work there, and a
+    /// handle dropped unclosed is a fatal error).
+    static func close(_ handle: ReadFileHandle) async {
+        // An unstructured task does not inherit the caller's cancellation.
+        try? await Task { try await handle.close() }.value
     }
 
     public func completeUpload(_ session: StartUploadResponse) async throws -> FileRecord {

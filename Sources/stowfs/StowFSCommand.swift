@@ -216,9 +216,13 @@ struct Unmount: AsyncParsableCommand {
             print("unmounted \(mountpoint) (no stowfs was serving it; files still queued resume at the next mount)")
             return
         }
-        // Wait for the mount to go.
+        // Wait for the mount to go, then for the daemon to finish (its socket stops answering last).
         for _ in 0..<100 where Preflight.isMounted(mountpoint) { usleep(100_000) }
         if Preflight.isMounted(mountpoint) { fail("\(mountpoint) is still mounted (busy?); it goes when the last file on it is closed") }
+        for _ in 0..<300 {
+            guard (try? await ControlClient.send(ControlRequest(command: "status"), mountpoint: mountpoint) { _ in }) != nil else { break }
+            usleep(100_000)
+        }
         print("unmounted \(mountpoint)")
     }
 }

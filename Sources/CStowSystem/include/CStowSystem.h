@@ -9,7 +9,8 @@
 /// fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length)
 int CStowSystem_punch_hole(int fd, off_t offset, off_t length);
 
-/// copy_file_range(in, NULL, out, NULL, length, 0): copies from the descriptors' current offsets.
-ssize_t CStowSystem_copy_file_range(int fd_in, int fd_out, size_t length);
+/// copy_file_range from `in_offset` of `fd_in` to `out_offset` of `fd_out`, leaving both
+/// descriptors' file offsets alone.
+ssize_t CStowSystem_copy_file_range(int fd_in, off_t in_offset, int fd_out, off_t out_offset, size_t length);
 
 #endif

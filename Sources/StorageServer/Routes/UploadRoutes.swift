@@ -237,8 +237,11 @@ extension StowService {
                     chunk?.update(buffer.readableBytesView)
                     try await writer.write(buffer)
                 }
+            } catch let e as APIError {
+                failure = e
             } catch {
-                failure = error
+                // The client went away mid-body (a cancelled or broken upload): what arrived is kept.
+                failure = APIError(.badRequest, .sizeMismatch, "the body broke off after \(writer.offset - offset) bytes: \(error)")
             }
             let end: Int64
             do {

@@ -38,7 +38,7 @@ public final class LocalBlobStore: BlobStore {
         do {
             try await mapErrors { try await handle.resize(to: .bytes(offset)) }
         } catch {
-            try? await handle.close()
+            await closeEvenIfCancelled(handle)
             throw error
         }
         return LocalStagedWriter(handle: handle, writer: handle.bufferedWriter(startingAtAbsoluteOffset: offset, capacity: Self.chunk), offset: offset)
@@ -177,21 +177,29 @@ struct LocalStagedWriter: StagedWriter {
                 try await handle.synchronize()
             }
         } catch {
-            try? await handle.close()
+            await closeEvenIfCancelled(handle)
             throw error
         }
-        try await handle.close()
+        let h = handle
+        try await Task { try await h.close() }.value
         return offset
     }
 
     mutating func abandon() async {
         guard !closed else { return }
         closed = true
-        try? await handle.close()
+        await closeEvenIfCancelled(handle)
     }
 }
 
 extension Digest {
     /// Lowercase hex.
     var hexString: String { map { String(format: "%02x", $0) }.joined() }
+}
+
+/// Closes a handle even from a cancelled task: NIOFileSystem refuses work in one, and a handle
+/// dropped while open is a fatal error.
+func closeEvenIfCancelled(_ handle: WriteFileHandle) async {
+    // An unstructured task does not inherit the caller's cancellation.
+    try? await Task { try await handle.close() }.value
 }

@@ -59,7 +59,7 @@ public final class CacheFile: Sendable {
         let out = try CacheFile(path: target, truncate: true)
         var copied: Int64 = 0
         while copied < length {
-            let n = CStowSystem_copy_file_range(descriptor, out.descriptor, Int(min(length - copied, 1 << 30)))
+            let n = CStowSystem_copy_file_range(descriptor, off_t(copied), out.descriptor, off_t(copied), Int(min(length - copied, 1 << 30)))
             if n < 0 {
                 if errno == EINTR { continue }
                 throw FSError.io("copy \(path) → \(target): \(String(cString: strerror(errno)))")
@@ -67,7 +67,7 @@ public final class CacheFile: Sendable {
             if n == 0 { break }
             copied += Int64(n)
         }
-        // Both descriptors' offsets moved; a file with holes may copy short: ensure the size.
+        // A source shorter than `length` (holes at the end) copies short: ensure the size.
         if out.size < length { try out.truncate(to: length) }
         return out
     }

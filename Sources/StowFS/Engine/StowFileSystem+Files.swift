@@ -380,6 +380,10 @@ extension StowFileSystem {
     /// - Returns: the queued upload, if there was anything to send.
     @discardableResult
     func submit(_ ino: InodeNumber, onlyIfClosed: Bool) async -> Int64? {
+        await inodeLocks.withLock(ino) { await submitLocked(ino, onlyIfClosed: onlyIfClosed) }
+    }
+
+    private func submitLocked(_ ino: InodeNumber, onlyIfClosed: Bool) async -> Int64? {
         let plan = try? state.withLock { (s: inout State) throws(FSError) -> (CacheFile, Int64, Int64?, Location, UploadParams, String?, [String]?, [Int64])? in
             guard var e = s.inodes[ino], var local = e.local, local.dirty, !e.unlinked else { return nil }
             if local.writers > 0 && onlyIfClosed { return nil }

@@ -94,6 +94,10 @@ extension StowFileSystem {
     public func unlink(parent: InodeNumber, name: String) async throws(FSError) {
         guard !configuration.readOnly else { throw FSError.readOnly }
         let ino = try await findChild(parent, name)
+        try await lockedInode(ino) { () async throws(FSError) in try await self.unlinkLocked(parent: parent, name: name, ino: ino) }
+    }
+
+    private func unlinkLocked(parent: InodeNumber, name: String, ino: InodeNumber) async throws(FSError) {
         let (location, owed, isRemote, lastName) = try state.withLock { (s: inout State) throws(FSError) -> (Location, [Int64], Bool, Bool) in
             let e = try inode(s, ino)
             guard e.kind != .directory else { throw FSError.isADirectory }
@@ -140,7 +144,7 @@ extension StowFileSystem {
         if noReplace && dst != nil { throw FSError.exists }
         if exchange && dst == nil { throw FSError.notFound }
         if src == dst { return }
-        let (srcLoc, dstLoc, srcEntry, dstEntry) = try state.withLock { (s: inout State) throws(FSError) -> (Location, Location, InodeEntry, InodeEntry?) in
+        let (srcLoc, dstLoc, srcEntry, _) = try state.withLock { (s: inout State) throws(FSError) -> (Location, Location, InodeEntry, InodeEntry?) in
             let se = try inode(s, src)
             let de = dst.flatMap { s.inodes[$0] }
             let from = try self.location(s, src)
@@ -181,6 +185,25 @@ extension StowFileSystem {
             urls.forget(under: dstLoc)
             return
         }
+        try await lockedInode([src] + (dst.map { [$0] } ?? [])) { () async throws(FSError) in
+            try await self.renameLocked(
+                parent: parent, name: name, newParent: newParent, newName: newName, src: src, dst: dst, srcLoc: srcLoc, dstLoc: dstLoc)
+        }
+        if srcEntry.kind == .directory {
+            // Files closed under the folder while it moved may have queued their old paths: move those too.
+            for r in await queue.records(under: srcLoc) { _ = await queue.retarget(r.id, to: r.location.rebased(from: srcLoc, to: dstLoc)) }
+        }
+        urls.forget(under: srcLoc)
+        urls.forget(under: dstLoc)
+    }
+
+    private func renameLocked(
+        parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, src: InodeNumber, dst: InodeNumber?, srcLoc: Location,
+        dstLoc: Location
+    ) async throws(FSError) {
+        let ns = srcLoc.namespace!
+        guard let srcEntry = state.withLock({ $0.inodes[src] }) else { throw FSError.notFound }
+        let dstEntry = dst.flatMap { d in state.withLock { $0.inodes[d] } }
         // Uploads owed under the old name follow it (interrupted and restarted if running).
         let moving: [(id: Int64, from: Location)]
         if srcEntry.kind == .directory {
@@ -232,8 +255,6 @@ extension StowFileSystem {
                 s.recovered[moved.location] = moved
             }
         }
-        urls.forget(under: srcLoc)
-        urls.forget(under: dstLoc)
     }
 
     /// Waits until nothing is owed to the server at or under `location`.
@@ -338,6 +359,24 @@ extension StowFileSystem {
         let patch = FilePatch(
             mode: changes.mode.map { $0 & 0o7777 }, uid: changes.uid, gid: changes.gid, atimeNs: resolve(changes.atime)?.nanoseconds,
             mtimeNs: resolve(changes.mtime)?.nanoseconds)
+        try await lockedInode(ino) { () async throws(FSError) in try await self.applyAttributes(ino, patch, now: now) }
+        return try state.withLock { (s: inout State) throws(FSError) in try inode(s, ino).attributes }
+    }
+
+    /// Runs `body` holding the inode's lock, with typed errors.
+    func lockedInode<T>(_ inodes: [InodeNumber], _ body: () async throws(FSError) -> T) async throws(FSError) -> T {
+        do {
+            return try await inodeLocks.withLocks(inodes) { try await body() }
+        } catch {
+            throw FSError.from(error)
+        }
+    }
+
+    func lockedInode<T>(_ ino: InodeNumber, _ body: () async throws(FSError) -> T) async throws(FSError) -> T {
+        try await lockedInode([ino], body)
+    }
+
+    private func applyAttributes(_ ino: InodeNumber, _ patch: FilePatch, now: TimeSpec) async throws(FSError) {
         let (owed, location, local) = try state.withLock { (s: inout State) throws(FSError) -> ([Int64], Location, Bool) in
             var e = try inode(s, ino)
             if let m = patch.mode { e.attributes.mode = m }
@@ -358,7 +397,6 @@ extension StowFileSystem {
                 upsert(&s, record, parent: e.parent, name: e.name)
             }
         }
-        return try state.withLock { (s: inout State) throws(FSError) in try inode(s, ino).attributes }
     }
 
     /// Updates the uploads owed for an inode with its current attributes and metadata.

@@ -106,6 +106,10 @@ extension StowFileSystem {
 
     /// Applies a metadata change locally, then with the owed upload or on the server.
     func applyMeta(_ ino: InodeNumber, _ patch: FilePatch) async throws(FSError) {
+        try await lockedInode(ino) { () async throws(FSError) in try await self.applyMetaLocked(ino, patch) }
+    }
+
+    private func applyMetaLocked(_ ino: InodeNumber, _ patch: FilePatch) async throws(FSError) {
         let (owed, location, local) = try state.withLock { (s: inout State) throws(FSError) -> ([Int64], Location, Bool) in
             var e = try inode(s, ino)
             if let t = patch.tags { e.meta.tags = t }

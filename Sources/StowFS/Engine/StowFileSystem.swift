@@ -42,6 +42,7 @@ public final class StowFileSystem: Sendable {
     let blocks: BlockCache
     let urls = SignedURLCache()
     let prefetching = InflightBlocks()
+    let inodeLocks = InodeLocks()
     let logger: Logger
     let state: Mutex<State>
     let filesDirectory: String

@@ -174,6 +174,12 @@ public actor UploadQueue {
 
     /// Stops an upload for good (its file was deleted or replaced). If it had completed already, says so.
     public func cancel(_ id: Int64) async -> CancelOutcome {
+        logger.debug("cancel #\(id) (running: \(running[id] != nil))")
+        cancelling.insert(id)
+        defer {
+            cancelling.remove(id)
+            wake.signal()
+        }
         if let stored = await interrupt(id) { return .alreadyStored(stored) }
         guard let r = records.removeValue(forKey: id) else { return .cancelled }
         try? journal.delete(id)
@@ -185,6 +191,13 @@ public actor UploadQueue {
     /// Points an upload at another path (its file was renamed). If it had completed already under the
     /// old path, says so, and the caller renames on the server.
     public func retarget(_ id: Int64, to location: Location) async -> CancelOutcome {
+        logger.debug("retarget #\(id) → \(location) (running: \(running[id] != nil))")
+        // Held back from the scheduler until the change is made (interrupt awaits, and a wake-up could restart it).
+        cancelling.insert(id)
+        defer {
+            cancelling.remove(id)
+            wake.signal()
+        }
         if let stored = await interrupt(id) { return .alreadyStored(stored) }
         guard var r = records[id] else { return .cancelled }
         abandon(r.session)
@@ -197,17 +210,16 @@ public actor UploadQueue {
     }
 
     /// Stops a running upload and waits for it; returns its record if it completed anyway.
+    /// The caller keeps `id` in `cancelling` meanwhile.
     private func interrupt(_ id: Int64) async -> FileRecord? {
         guard let task = running[id] else { return nil }
-        cancelling.insert(id)
         task.cancel()
-        let result = await task.value
-        cancelling.remove(id)
-        return result
+        return await task.value
     }
 
     private func abandon(_ session: StartUploadResponse?) {
         guard let session else { return }
+        logger.debug("abandon session \(session.upload.url.split(separator: "?").first ?? "")")
         let store = self.store
         Task { try? await store.abandonUpload(session) }
     }
@@ -270,8 +282,8 @@ public actor UploadQueue {
         var seen = Set<Location>()
         for r in records.values.sorted(by: { $0.id < $1.id }) {
             guard running.count < parallelism else { break }
-            // A held record (a file still open) waits for its release and holds nobody up.
-            guard r.state != .held else { continue }
+            // A held record (a file still open) waits for its release and holds nobody up; so does one being cancelled.
+            guard r.state != .held, !cancelling.contains(r.id) else { continue }
             // Oldest first per path: a younger record waits for an older one of the same path.
             if seen.contains(r.location) || busyLocations.contains(r.location) {
                 seen.insert(r.location)
@@ -297,6 +309,7 @@ public actor UploadQueue {
             wake.signal()
         }
         guard var r = records[id], let ns = r.location.namespace else { return nil }
+        logger.debug("run #\(id) \(r.location) session: \(r.session.map { String($0.upload.url.split(separator: "?").first ?? "") } ?? "none")")
         do {
             var known: Int64?
             if r.session == nil {
@@ -368,7 +381,7 @@ public actor UploadQueue {
         try? journal.delete(id)
         uploadedFiles += 1
         uploadedBytes += r.size
-        logger.debug("stored \(r.location) (\(r.size) bytes)")
+        logger.debug("stored #\(id) \(r.location) (\(r.size) bytes)")
         await onFinished?(Finished(id: id, location: r.location, record: stored, cacheFile: r.cacheFile))
         notifyWaiters()
     }

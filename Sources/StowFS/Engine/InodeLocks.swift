@@ -1,0 +1,49 @@
+import Synchronization
+
+/// Async locks by inode number: an inode's changes of local state (a snapshot handed to the queue,
+/// attributes amended into an owed upload, a rename re-targeting it, an unlink cancelling it) happen
+/// one at a time, even though each of them awaits the queue.
+final class InodeLocks: Sendable {
+    private struct State {
+        var held: Set<InodeNumber> = []
+        var waiters: [InodeNumber: [CheckedContinuation<Void, Never>]] = [:]
+    }
+
+    private let state = Mutex(State())
+
+    /// Runs `body` holding the locks of `inodes` (taken in ascending order, so two callers never deadlock).
+    func withLocks<T>(_ inodes: [InodeNumber], _ body: () async throws -> T) async rethrows -> T {
+        let ordered = Array(Set(inodes)).sorted()
+        for ino in ordered { await lock(ino) }
+        defer { for ino in ordered.reversed() { unlock(ino) } }
+        return try await body()
+    }
+
+    func withLock<T>(_ ino: InodeNumber, _ body: () async throws -> T) async rethrows -> T {
+        try await withLocks([ino], body)
+    }
+
+    private func lock(_ ino: InodeNumber) async {
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { s -> Bool in
+                if s.held.insert(ino).inserted { return true }
+                s.waiters[ino, default: []].append(c)
+                return false
+            }
+            if now { c.resume() }
+        }
+    }
+
+    private func unlock(_ ino: InodeNumber) {
+        let next = state.withLock { s -> CheckedContinuation<Void, Never>? in
+            if var queue = s.waiters[ino], !queue.isEmpty {
+                let c = queue.removeFirst()
+                s.waiters[ino] = queue.isEmpty ? nil : queue
+                return c  // ownership passes to the next waiter
+            }
+            s.held.remove(ino)
+            return nil
+        }
+        next?.resume()
+    }
+}

@@ -1,0 +1,224 @@
+import Crypto
+import Foundation
+import NIOCore
+import StorageClient
+import StorageProtocol
+import Testing
+
+/// Real mounts for tests: a `stowd` child process on a loopback port with its own data folder, and
+/// `stowfs mount` (in the foreground, as a child process) at a fresh mountpoint.
+/// `withMount` always unmounts and stops both, even when the test fails.
+final class MountedFS: @unchecked Sendable {
+    // @unchecked: the processes are set in start() and only read afterwards; Process is thread-safe for these calls.
+    static let token = "mount-test-token-0001"
+    let root: String
+    var mountpoint: String { root + "/mnt" }
+    var cacheDirectory: String { root + "/cache" }
+    var dataDirectory: String { root + "/data" }
+    let namespace = try! Namespace("test")
+    private(set) var server: Process?
+    private(set) var mount: Process?
+    private(set) var endpoint = ""
+    var port = 0
+
+    init() {
+        root = FileManager.default.temporaryDirectory.path + "/stowfs-mount-\(UUID().uuidString.prefix(8))"
+        try? FileManager.default.createDirectory(atPath: root + "/mnt", withIntermediateDirectories: true)
+        try? FileManager.default.createDirectory(atPath: root + "/work", withIntermediateDirectories: true)
+    }
+
+    static var binDirectory: String {
+        if let dir = ProcessInfo.processInfo.environment["STOW_BIN_DIR"] { return dir }
+        var dir = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
+        while !FileManager.default.fileExists(atPath: dir.path + "/stowfs") && dir.path != "/" { dir = dir.deletingLastPathComponent() }
+        return dir.path
+    }
+
+    /// Starts stowd (on `port`, 0 for a free one).
+    func startServer() throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: Self.binDirectory + "/stowd")
+        p.arguments = ["--data-dir", dataDirectory, "--port", String(port), "--log-level", "warning"]
+        var env = ProcessInfo.processInfo.environment
+        env["STOWD_TOKEN"] = Self.token
+        p.environment = env
+        let out = Pipe()
+        p.standardOutput = out
+        try p.run()
+        var line = Data()
+        while true {
+            let b = out.fileHandleForReading.readData(ofLength: 1)
+            if b.isEmpty || b == Data("\n".utf8) { break }
+            line += b
+        }
+        endpoint = String(decoding: line, as: UTF8.self)
+        guard endpoint.hasPrefix("http") else { throw Failure("stowd did not start") }
+        port = Int(endpoint.split(separator: ":").last!)!
+        server = p
+    }
+
+    func stopServer() {
+        if let s = server, s.isRunning {
+            s.terminate()
+            s.waitUntilExit()
+        }
+        server = nil
+    }
+
+    /// Mounts (the namespace is created if missing) and waits until the mount is live.
+    func mountFS(extra: [String] = []) throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: Self.binDirectory + "/stowfs")
+        p.arguments = ["mount", "test", mountpoint, "--endpoint", endpoint, "--cache-dir", cacheDirectory, "--create", "--foreground", "--log-level", "warning"] + extra
+        var env = ProcessInfo.processInfo.environment
+        env["STOWFS_TOKEN"] = Self.token
+        p.environment = env
+        let log = FileHandle(forWritingAtPath: root + "/stowfs.log") ?? {
+            _ = FileManager.default.createFile(atPath: root + "/stowfs.log", contents: nil)
+            return FileHandle(forWritingAtPath: root + "/stowfs.log")!
+        }()
+        log.seekToEndOfFile()
+        p.standardOutput = log
+        p.standardError = log
+        try p.run()
+        mount = p
+        for _ in 0..<300 {
+            if Self.isMounted(mountpoint) { return }
+            if !p.isRunning { throw Failure("stowfs exited: \(logText)") }
+            usleep(50_000)
+        }
+        throw Failure("the mount did not come up: \(logText)")
+    }
+
+    var logText: String { (try? String(contentsOfFile: root + "/stowfs.log", encoding: .utf8)) ?? "" }
+
+    /// `stowfs unmount` (drains the queue), then waits for the daemon to exit.
+    @discardableResult
+    func unmountFS(leaveQueued: Bool = false) throws -> String {
+        let out = try stowfs(["unmount", mountpoint] + (leaveQueued ? ["--leave-queued"] : []))
+        mount?.waitUntilExit()
+        mount = nil
+        return out
+    }
+
+    /// kill -9 of the daemon; the dead mount is taken away as a user would (fusermount3 -u).
+    func killMount() {
+        if let m = mount, m.isRunning {
+            kill(m.processIdentifier, SIGKILL)
+            m.waitUntilExit()
+        }
+        mount = nil
+        forceUnmount()
+    }
+
+    func forceUnmount() {
+        guard Self.isMounted(mountpoint) else { return }
+        _ = try? run("/bin/sh", ["-c", "for c in /sys/fs/fuse/connections/*/abort; do :; done; fusermount3 -u -z '\(mountpoint)' 2>/dev/null || umount -l '\(mountpoint)'"])
+    }
+
+    /// Tears everything down, whatever state it is in.
+    func cleanup() {
+        if mount != nil, Self.isMounted(mountpoint) { _ = try? unmountFS() }
+        if let m = mount, m.isRunning {
+            m.terminate()
+            m.waitUntilExit()
+        }
+        forceUnmount()
+        stopServer()
+        try? FileManager.default.removeItem(atPath: root)
+    }
+
+    static func isMounted(_ path: String) -> Bool {
+        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return false }
+        return text.split(separator: "\n").contains { $0.split(separator: " ").count > 4 && $0.split(separator: " ")[4] == path }
+    }
+
+    // MARK: - Running commands
+
+    struct Failure: Error, CustomStringConvertible {
+        var description: String
+        init(_ d: String) { description = d }
+    }
+
+    @discardableResult
+    func run(_ tool: String, _ args: [String], cwd: String? = nil) throws -> (status: Int32, out: String) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: tool)
+        p.arguments = args
+        if let cwd { p.currentDirectoryURL = URL(fileURLWithPath: cwd, isDirectory: true) }
+        var env = ProcessInfo.processInfo.environment
+        env["STOWFS_TOKEN"] = Self.token
+        env["LC_ALL"] = "C"
+        p.environment = env
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = out
+        try p.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+    }
+
+    /// Runs a shell command (cwd: the test's work folder); fails the test with its output if it fails.
+    @discardableResult
+    func sh(_ command: String, expectFailure: Bool = false, sourceLocation: SourceLocation = #_sourceLocation) throws -> String {
+        let (status, out) = try run("/bin/bash", ["-o", "pipefail", "-c", command], cwd: root + "/work")
+        if expectFailure {
+            #expect(status != 0, "`\(command)` should have failed: \(out)", sourceLocation: sourceLocation)
+        } else if status != 0 {
+            Issue.record("`\(command)` failed (\(status)): \(out)", sourceLocation: sourceLocation)
+        }
+        return out.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    @discardableResult
+    func stowfs(_ args: [String]) throws -> String {
+        let (status, out) = try run(Self.binDirectory + "/stowfs", args)
+        guard status == 0 else { throw Failure("stowfs \(args.joined(separator: " ")) failed: \(out)") }
+        return out
+    }
+
+    // MARK: - The server's view
+
+    func withClient<T>(_ body: (HTTPObjectStore) async throws -> T) async throws -> T {
+        let c = HTTPObjectStore(configuration: .init(endpoint: endpoint, token: Self.token))
+        do {
+            let r = try await body(c)
+            try? await c.shutdown()
+            return r
+        } catch {
+            try? await c.shutdown()
+            throw error
+        }
+    }
+
+    /// SHA-256 of a file as the server has it.
+    func storedSHA256(_ path: String) async throws -> String? {
+        try await withClient { c in try await c.record(namespace, try StoragePath(path)).sha256 }
+    }
+
+    func storedBytes(_ path: String) async throws -> [UInt8] {
+        try await withClient { c in
+            let url = try await c.signedURLs(namespace, [try StoragePath(path)], expiry: 60)[0].signedUrl
+            return Array(try await c.read(url: url, range: nil, ifMatch: nil).bytes.readableBytesView)
+        }
+    }
+}
+
+/// Runs `body` against a fresh server and mount; always unmounts and stops everything.
+func withMount(_ body: (MountedFS) async throws -> Void) async throws {
+    let m = MountedFS()
+    do {
+        try m.startServer()
+        try m.mountFS()
+        try await body(m)
+    } catch {
+        let log = m.logText
+        m.cleanup()
+        if !log.isEmpty { Issue.record("stowfs log:\n\(log)") }
+        throw error
+    }
+    m.cleanup()
+}
+
+func sha256(_ bytes: [UInt8]) -> String { SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined() }

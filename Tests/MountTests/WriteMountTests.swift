@@ -1,0 +1,80 @@
+import Foundation
+import Testing
+
+@Suite("mount: writing with real tools", .serialized)
+struct WriteMountTests {
+    @Test("cp of a file and cp -r of a tree produce exactly the bytes a local disk has, on the server too")
+    func copy() async throws {
+        try await withMount { m in
+            try m.sh("head -c 3000000 /dev/urandom > big.bin && mkdir -p tree/a/b && for i in $(seq 1 40); do head -c $((i*97)) /dev/urandom > tree/a/f$i; done && echo hi > tree/a/b/deep.txt && mkdir tree/empty")
+            try m.sh("cp big.bin \(m.mountpoint)/ && cp -r tree \(m.mountpoint)/")
+            try m.sh("cmp big.bin \(m.mountpoint)/big.bin && diff -r tree \(m.mountpoint)/tree")
+            try m.stowfs(["sync", m.mountpoint])
+            let local = try m.sh("sha256sum big.bin | cut -d' ' -f1")
+            #expect(try await m.storedSHA256("big.bin") == local)
+            #expect(try await m.storedSHA256("tree/a/b/deep.txt") == (try m.sh("sha256sum tree/a/b/deep.txt | cut -d' ' -f1")))
+            // Remounted: the same tree, empty folder included.
+            try m.unmountFS()
+            try m.mountFS()
+            try m.sh("diff -r tree \(m.mountpoint)/tree && test -d \(m.mountpoint)/tree/empty && cmp big.bin \(m.mountpoint)/big.bin")
+        }
+    }
+
+    @Test("appending with >>, overwriting in place, truncate")
+    func modify() async throws {
+        try await withMount { m in
+            let f = m.mountpoint + "/log.txt"
+            try m.sh("printf 'one\\n' > \(f) && printf 'two\\n' >> \(f) && printf 'three\\n' >> \(f)")
+            #expect(try m.sh("cat \(f)") == "one\ntwo\nthree")
+            try m.sh("printf 'ONE' | dd of=\(f) bs=1 seek=0 conv=notrunc status=none")
+            #expect(try m.sh("cat \(f)") == "ONE\ntwo\nthree")
+            try m.sh("truncate -s 7 \(f)")
+            #expect(try m.sh("cat \(f)") == "ONE\ntwo")
+            try m.sh("truncate -s 10 \(f) && test $(stat -c %s \(f)) = 10")
+            try m.stowfs(["sync", m.mountpoint])
+            #expect(try await m.storedBytes("log.txt") == Array("ONE\ntwo".utf8) + [0, 0, 0])
+            try m.unmountFS()
+            try m.mountFS()
+            #expect(try m.sh("head -c 7 \(f)") == "ONE\ntwo")
+        }
+    }
+
+    @Test("an editor's save (write a temp file, rename it over the original) leaves only the new file")
+    func editorSave() async throws {
+        try await withMount { m in
+            let dir = m.mountpoint
+            try m.sh("echo original > \(dir)/notes.txt && \(m.mountpoint.isEmpty ? "" : "") echo edited > \(dir)/.notes.txt.swp && mv \(dir)/.notes.txt.swp \(dir)/notes.txt")
+            #expect(try m.sh("cat \(dir)/notes.txt") == "edited")
+            #expect(try m.sh("ls -A \(dir)") == "notes.txt")
+            try m.stowfs(["sync", m.mountpoint])
+            #expect(try await m.storedBytes("notes.txt") == Array("edited\n".utf8))
+        }
+    }
+
+    @Test("tar x of a source tree, then a second rsync -a of it transfers nothing")
+    func tarAndRsync() async throws {
+        try await withMount { m in
+            try m.sh("mkdir -p src && cp -r /usr/include/linux src/ && tar cf src.tar -C src linux")
+            try m.sh("mkdir \(m.mountpoint)/t && tar xf src.tar -C \(m.mountpoint)/t && diff -r src/linux \(m.mountpoint)/t/linux")
+            try m.sh("rsync -a src/ \(m.mountpoint)/r/")
+            try m.sh("diff -r src \(m.mountpoint)/r")
+            try m.stowfs(["sync", m.mountpoint])
+            try m.unmountFS()
+            try m.mountFS()
+            let stats = try m.sh("rsync -a --stats src/ \(m.mountpoint)/r/ | grep 'Number of regular files transferred'")
+            #expect(stats.hasSuffix(": 0"), "\(stats)")
+        }
+    }
+
+    @Test("cp -a keeps modes and times across a remount")
+    func cpPreserve() async throws {
+        try await withMount { m in
+            try m.sh("echo x > keep && chmod 640 keep && touch -d '2020-02-03 04:05:06.123456789' keep && cp -a keep \(m.mountpoint)/keep")
+            let local = try m.sh("stat -c '%a %Y %y' keep")
+            #expect(try m.sh("stat -c '%a %Y %y' \(m.mountpoint)/keep") == local)
+            try m.unmountFS()
+            try m.mountFS()
+            #expect(try m.sh("stat -c '%a %Y %y' \(m.mountpoint)/keep") == local)
+        }
+    }
+}
