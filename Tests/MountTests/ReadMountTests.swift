@@ -1,0 +1,99 @@
+import Foundation
+import NIOCore
+import StorageClient
+import StorageProtocol
+import Testing
+
+@Suite("mount: reading, listing, renaming, removing", .serialized)
+struct ReadMountTests {
+    @Test("a file stored on the server reads back whole, cold after a remount and warm after")
+    func read() async throws {
+        try await withMount { m in
+            try m.sh("head -c 20000000 /dev/urandom > data.bin")
+            let local = try m.sh("sha256sum < data.bin | cut -d' ' -f1")
+            // Put it on the server directly, not through the mount.
+            try await m.withClient { c in
+                _ = try await c.upload(.file(path: m.root + "/work/data.bin"), size: 20_000_000, to: m.namespace, try StoragePath("remote/data.bin"))
+            }
+            #expect(try m.sh("sha256sum < \(m.mountpoint)/remote/data.bin | cut -d' ' -f1") == local)
+            try m.unmountFS()
+            try m.mountFS()
+            try m.sh("sync; echo 3 > /proc/sys/vm/drop_caches")
+            #expect(try m.sh("sha256sum < \(m.mountpoint)/remote/data.bin | cut -d' ' -f1") == local)
+            #expect(try m.sh("sha256sum < \(m.mountpoint)/remote/data.bin | cut -d' ' -f1") == local)
+            // Random reads at odd offsets.
+            for offset in [0, 1, 4095, 1_048_575, 1_048_576, 7_777_777, 19_999_990] {
+                let a = try m.sh("dd if=data.bin bs=1 skip=\(offset) count=10 status=none | od -An -tx1")
+                let b = try m.sh("dd if=\(m.mountpoint)/remote/data.bin bs=1 skip=\(offset) count=10 status=none | od -An -tx1")
+                #expect(a == b, "offset \(offset)")
+            }
+        }
+    }
+
+    @Test("ls -l of a folder of 2,000 files, made through the server, lists every one with its size")
+    func listing() async throws {
+        try await withMount { m in
+            try await m.withClient { c in
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for batch in 0..<8 {
+                        group.addTask {
+                            for i in stride(from: batch, to: 2000, by: 8) {
+                                let body = String(repeating: "x", count: i % 50)
+                                _ = try await c.upload(.bytes(ByteBuffer(string: body)), size: Int64(body.utf8.count), to: m.namespace, try StoragePath(String(format: "many/f%04d.txt", i)))
+                            }
+                        }
+                    }
+                    try await group.waitForAll()
+                }
+            }
+            #expect(try m.sh("ls \(m.mountpoint)/many | wc -l") == "2000")
+            let sizes = try m.sh("ls -l \(m.mountpoint)/many | awk 'NR>1 {s+=$5} END {print s}'")
+            #expect(sizes == String((0..<2000).reduce(0) { $0 + $1 % 50 }))
+            #expect(try m.sh("find \(m.mountpoint)/many -type f | wc -l") == "2000")
+        }
+    }
+
+    @Test("mkdir -p, empty folders, rmdir, rm -r — and they stay that way after a remount")
+    func folders() async throws {
+        try await withMount { m in
+            let d = m.mountpoint
+            try m.sh("mkdir -p \(d)/a/b/c && mkdir \(d)/empty && echo x > \(d)/a/b/c/f")
+            try m.sh("rmdir \(d)/a/b 2>&1", expectFailure: true)
+            #expect(try m.sh("rmdir \(d)/a/b 2>&1 || true").contains("not empty"))
+            try m.sh("mkdir -p \(d)/gone/x && echo y > \(d)/gone/x/y && rm -r \(d)/gone")
+            try m.unmountFS()
+            try m.mountFS()
+            #expect(try m.sh("cd \(d) && find . | sort") == ".\n./a\n./a/b\n./a/b/c\n./a/b/c/f\n./empty")
+        }
+    }
+
+    @Test("mv of files and whole folders, over existing files, across folders")
+    func rename() async throws {
+        try await withMount { m in
+            let d = m.mountpoint
+            try m.sh("mkdir -p \(d)/src/sub && echo 1 > \(d)/src/sub/one && echo 2 > \(d)/two && echo 3 > \(d)/three")
+            try m.stowfs(["sync", d])
+            try m.sh("mv \(d)/src \(d)/dst && mv \(d)/two \(d)/dst/sub/ && mv -f \(d)/three \(d)/dst/sub/one")
+            #expect(try m.sh("cd \(d) && find . -type f | sort | xargs -n1 sh -c 'echo $0 $(cat $0)'") == "./dst/sub/one 3\n./dst/sub/two 2")
+            try m.stowfs(["sync", d])
+            try m.unmountFS()
+            try m.mountFS()
+            #expect(try m.sh("cd \(d) && find . -type f | sort | xargs -n1 sh -c 'echo $0 $(cat $0)'") == "./dst/sub/one 3\n./dst/sub/two 2")
+            #expect(try m.sh("ls \(d)") == "dst")
+        }
+    }
+
+    @Test("names: a 256-byte name is ENAMETOOLONG; odd characters round-trip")
+    func names() async throws {
+        try await withMount { m in
+            let long = String(repeating: "n", count: 256)
+            #expect(try m.sh("touch \(m.mountpoint)/\(long) 2>&1 || true").contains("File name too long"))
+            let odd = "sp ace?&#%ü€"
+            try m.sh("echo ok > '\(m.mountpoint)/\(odd)'")
+            try m.stowfs(["sync", m.mountpoint])
+            try m.unmountFS()
+            try m.mountFS()
+            #expect(try m.sh("cat '\(m.mountpoint)/\(odd)'") == "ok")
+        }
+    }
+}
