@@ -48,7 +48,13 @@ public enum MountRunner {
             endpoint = server.endpoint
             token = server.token
         }
-        let store = HTTPObjectStore(configuration: HTTPObjectStore.Configuration(endpoint: endpoint, token: token))
+        var storeConfig = HTTPObjectStore.Configuration(endpoint: endpoint, token: token)
+        // A filesystem must answer: metadata calls give up after 15 s (twice), and the caller sees EIO
+        // (uploads are not affected: they stay queued and retry on their own schedule).
+        storeConfig.requestTimeout = .seconds(15)
+        storeConfig.retry = RetryPolicy(attempts: 2, baseDelay: .milliseconds(200))
+        storeConfig.maxConnectionsPerHost = max(16, options.uploadParallelism * 2)
+        let store = HTTPObjectStore(configuration: storeConfig)
         func cleanup() async {
             try? await store.shutdown()
             embedded?.stop()

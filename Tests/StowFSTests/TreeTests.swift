@@ -28,18 +28,42 @@ struct EngineTreeTests {
         let counting = FaultInjectingObjectStore(wrapping: store)
         try await withEngine(store: counting) { h in
             let ino = try await h.resolve("big")
+            let listsBefore = counting.calls(of: .list)
             let handle = try h.fs.opendir(ino)
             let entries = try await h.fs.readdir(ino, handle: handle, offset: 0, plus: true)
             h.fs.releasedir(ino, handle: handle)
             #expect(entries.count == 2502)
             #expect(entries.dropFirst(2).allSatisfy { $0.entry != nil })
-            #expect(counting.calls(of: .list) == 3)
+            #expect(counting.calls(of: .list) - listsBefore == 3)
             // The listing answers the lookups that follow (`ls -l`), with no more requests.
-            let before = counting.calls(of: .record)
+            let before = counting.calls(of: .record) + counting.calls(of: .list)
             for name in ["00000", "01234", "02499"] { _ = try await h.fs.lookup(parent: ino, name: name) }
-            #expect(counting.calls(of: .record) == before)
             await #expect(throws: FSError.notFound) { try await h.fs.lookup(parent: ino, name: "nope") }
-            #expect(counting.calls(of: .record) == before)
+            #expect(counting.calls(of: .record) + counting.calls(of: .list) == before)
+        }
+    }
+
+    @Test("lookups in a folder just made, or listed, need no request; a stale listing answers while the server is away")
+    func lookupsFromListings() async throws {
+        let counting = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))
+        try await withEngine(store: counting, configure: { $0.attributeTTL = .milliseconds(300) }) { h in
+            try await h.mkdir("new")
+            let before = counting.calls(of: .record) + counting.calls(of: .list)
+            let dir = try await h.resolve("new")
+            for i in 0..<20 { await expectFS(.notFound) { _ = try await h.fs.lookup(parent: dir, name: "f\(i)") } }
+            for i in 0..<20 { try await h.write("new/f\(i)", "\(i)") }
+            #expect(counting.calls(of: .record) + counting.calls(of: .list) - before <= 1)
+            await h.fs.sync()
+            // The listing is stale and the server unreachable: what we knew still answers.
+            try await Task.sleep(for: .milliseconds(400))
+            counting.isOffline = true
+            #expect(try await h.fs.lookup(parent: dir, name: "f3").attributes.size == 1)
+            await expectFS(.notFound) { _ = try await h.fs.lookup(parent: dir, name: "other") }
+            #expect(try await h.names("new").count == 20)
+            try await h.write("new/offline.txt", "made while the server was away")
+            counting.isOffline = false
+            await h.fs.sync()
+            #expect(try await h.stored("new/offline.txt") == "made while the server was away")
         }
     }
 

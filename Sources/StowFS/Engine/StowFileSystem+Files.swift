@@ -32,6 +32,7 @@ extension StowFileSystem {
             e.local = LocalContent(file: file, size: 0, dirty: true, writers: 1, frozen: false, heldUpload: nil)
             e.lookups = 1
             e.openHandles = 1
+            e.changedAt = .now
             if let old = s.inodes[parent]?.directory?.children[name], var o = s.inodes[old] {
                 // Created over a name we knew (the kernel thought it free): that file is replaced.
                 o.unlinked = true

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Synchronization
 import StorageClient
 import StorageProtocol
@@ -71,22 +72,27 @@ extension StowFileSystem {
         case .missing: throw FSError.notFound
         case .unknown(let l): location = l
         }
-        if location.path.isRoot, let ns = location.namespace {
-            // A namespace at the root of a `--all` mount.
-            let records = try await remote { try await store.namespaces() }
-            guard let info = records.first(where: { $0.name == ns.name }) else {
-                state.withLock { $0.inodes[parent]?.directory?.negative[name] = .now + configuration.negativeTTL }
-                throw FSError.notFound
+        // A folder not listed yet (or whose listing went stale): list it — up to a few thousand names —
+        // and answer this and the lookups that follow from the listing. `cp -r` into a folder then costs
+        // one listing, not a request per new name.
+        do throws(FSError) {
+            if try await refreshDirectory(parent, cap: Self.lookupListingCap) {
+                return try answerFromListing(parent: parent, name: name, retain: retain)
             }
-            return state.withLock { s in
-                let ino = namespaceInode(&s, info)
-                if retain { s.inodes[ino]?.lookups += 1 }
-                return entry(s.inodes[ino]!)
+        } catch {
+            // Offline: what we knew, however old, still answers — a name we had seen, or a whole listing.
+            let known = state.withLock { s in
+                s.inodes[parent]?.directory.map { $0.complete || $0.children[name].flatMap { s.inodes[$0] }.map { !$0.unlinked } == true } ?? false
             }
+            guard case .io = error, known else { throw error }
+            logger.debug("server unreachable; answering \(location) from the last listing")
+            return try answerFromListing(parent: parent, name: name, retain: retain)
         }
+        // A huge folder: ask for this one name.
+        guard let ns = location.namespace, !location.path.isRoot else { throw FSError.notFound }
         let record: FileRecord
         do {
-            record = try await store.record(location.namespace!, location.path)
+            record = try await store.record(ns, location.path)
         } catch let e as StorageError where e.kind == .notFound {
             state.withLock { $0.inodes[parent]?.directory?.negative[name] = .now + configuration.negativeTTL }
             throw FSError.notFound
@@ -97,6 +103,22 @@ extension StowFileSystem {
             let ino = upsert(&s, record, parent: parent, name: name)
             if retain { s.inodes[ino]?.lookups += 1 }
             return entry(s.inodes[ino]!)
+        }
+    }
+
+    /// Folders up to this many names are listed whole on a lookup miss.
+    static let lookupListingCap = 5000
+
+    /// Answers a lookup from the folder's listing, fresh or not.
+    func answerFromListing(parent: InodeNumber, name: String, retain: Bool) throws(FSError) -> Entry {
+        try state.withLock { (s: inout State) throws(FSError) -> Entry in
+            guard let ino = s.inodes[parent]?.directory?.children[name], var e = s.inodes[ino], !e.unlinked else {
+                s.inodes[parent]?.directory?.negative[name] = .now + configuration.negativeTTL
+                throw FSError.notFound
+            }
+            if retain { e.lookups += 1 }
+            s.inodes[ino] = e
+            return entry(e)
         }
     }
 
@@ -186,7 +208,14 @@ extension StowFileSystem {
                 return try inode(s, ino).attributes
             }
         }
-        let record = try await remote { try await store.record(ns, location.path) }
+        let record: FileRecord
+        do throws(FSError) {
+            record = try await remote { try await store.record(ns, location.path) }
+        } catch {
+            // Offline: the attributes we had, however old, rather than an error.
+            if case .io = error, let known = state.withLock({ $0.inodes[ino]?.attributes }) { return known }
+            throw error
+        }
         return try state.withLock { (s: inout State) throws(FSError) -> FileAttributes in
             let e = try inode(s, ino)
             let updated = upsert(&s, record, parent: e.parent, name: e.name)
@@ -236,56 +265,84 @@ extension StowFileSystem {
 
     /// The whole listing of a folder: the server's, merged with files owed to it.
     func list(_ ino: InodeNumber) async throws(FSError) -> [DirectoryEntry] {
+        do throws(FSError) {
+            _ = try await refreshDirectory(ino, cap: nil)
+        } catch {
+            // Offline: list what we had.
+            guard case .io = error, state.withLock({ $0.inodes[ino]?.directory?.complete == true }) else { throw error }
+        }
+        return state.withLock { s in
+            guard let me = s.inodes[ino] else { return [] }
+            var out = [
+                DirectoryEntry(name: ".", ino: ino, kind: .directory, offset: 1, entry: nil),
+                DirectoryEntry(name: "..", ino: me.parent == 0 ? ino : me.parent, kind: .directory, offset: 2, entry: nil),
+            ]
+            let children = me.directory?.children ?? [:]
+            var offset: Int64 = 3
+            for name in children.keys.sorted() {
+                guard let e = s.inodes[children[name]!], !e.unlinked else { continue }
+                out.append(DirectoryEntry(name: name, ino: e.ino, kind: e.kind, offset: offset, entry: entry(e)))
+                offset += 1
+            }
+            return out
+        }
+    }
+
+    /// Lists a folder from the server (up to `cap` names when given) and merges it with what this mount
+    /// owes the server. Returns whether the listing is complete.
+    @discardableResult
+    func refreshDirectory(_ ino: InodeNumber, cap: Int?) async throws(FSError) -> Bool {
+        let started = ContinuousClock.now
         let location = try state.withLock { (s: inout State) throws(FSError) -> Location in try self.location(s, ino) }
         var names: [String: InodeNumber] = [:]
+        var complete = true
         if location.namespace == nil {
             let records = try await remote { try await store.namespaces() }
             state.withLock { s in
                 for r in records { names[r.name] = namespaceInode(&s, r) }
             }
         } else {
-            let records = try await remote { try await store.listAll(location.namespace!, folder: location.path) }
+            var after: String?
+            var records: [FileRecord] = []
+            repeat {
+                let page = try await remote { try await store.list(location.namespace!, folder: location.path, after: after, limit: 1000) }
+                records += page.entries
+                after = page.next
+            } while after != nil && (cap == nil || records.count < cap!)
+            complete = after == nil
             state.withLock { s in
                 for r in records { names[r.fileName] = upsert(&s, r, parent: ino, name: r.fileName) }
             }
         }
-        return state.withLock { s in
+        state.withLock { s in
             // Files owed to the server, created here or recovered from the journal.
-            for (name, child) in s.inodes[ino]?.directory?.children ?? [:] where names[name] == nil {
-                if let e = s.inodes[child], !e.unlinked, e.remote == nil || e.hasLocalState { names[name] = child }
-            }
             for (loc, r) in s.recovered where loc.path.parent == location.path && loc.namespace == location.namespace && !loc.path.isRoot {
-                if names[loc.path.name] == nil {
+                if names[loc.path.name] == nil && s.inodes[ino]?.directory?.children[loc.path.name] == nil {
                     let e = claimRecovered(&s, r, parent: ino, name: loc.path.name)
                     s.inodes[e.ino]?.lookups -= 1
-                    names[loc.path.name] = e.ino
                 }
             }
-            // Names gone from the server (and not owed to it) are gone here too.
-            if var dir = s.inodes[ino]?.directory {
+            guard var dir = s.inodes[ino]?.directory else { return }
+            if complete {
+                // Names gone from the server are gone here too — unless owed to it, or changed by this
+                // mount while the listing was on its way.
                 for (name, child) in dir.children where names[name] == nil {
+                    if let c = s.inodes[child], !c.unlinked, c.hasLocalState || c.changedAt.map({ $0 >= started }) == true { continue }
                     dir.children[name] = nil
                     if var c = s.inodes[child], !c.hasLocalState {
                         c.unlinked = true
                         s.inodes[child] = c
                     }
                 }
-                for (name, child) in names { dir.children[name] = child }
                 dir.complete = true
                 dir.validUntil = .now + configuration.attributeTTL
                 dir.negative = [:]
-                s.inodes[ino]?.directory = dir
             }
-            let me = s.inodes[ino]!
-            var out = [
-                DirectoryEntry(name: ".", ino: ino, kind: .directory, offset: 1, entry: nil),
-                DirectoryEntry(name: "..", ino: me.parent == 0 ? ino : me.parent, kind: .directory, offset: 2, entry: nil),
-            ]
-            for (i, name) in names.keys.sorted().enumerated() {
-                guard let e = s.inodes[names[name]!] else { continue }
-                out.append(DirectoryEntry(name: name, ino: e.ino, kind: e.kind, offset: Int64(i + 3), entry: entry(e)))
+            for (name, child) in names where dir.children[name] == nil || s.inodes[dir.children[name]!]?.hasLocalState != true {
+                dir.children[name] = child
             }
-            return out
+            s.inodes[ino]?.directory = dir
         }
+        return complete
     }
 }

@@ -21,6 +21,7 @@ extension StowFileSystem {
             if e.upload == f.id { e.upload = nil }
             if let old = s.byRemote[f.record.inode], old != ino, s.inodes[old]?.hasLocalState == false { s.inodes[old] = nil }
             e.remote = RemoteInfo(ino: f.record.inode, etag: f.record.etag, id: f.record.id)
+            e.changedAt = .now
             s.byRemote[f.record.inode] = ino
             if let local = e.local, !local.dirty, local.writers == 0, e.upload == nil, e.olderUploads.isEmpty, local.heldUpload == nil {
                 // The server has exactly what we have: the page cache (and the block cache) take it from here.

@@ -29,6 +29,9 @@ extension StowFileSystem {
         return state.withLock { s in
             let ino = upsert(&s, record, parent: parent, name: name)
             s.inodes[ino]?.lookups += 1
+            s.inodes[ino]?.changedAt = .now
+            // Just made: it is known to be empty, so lookups in it need not ask the server.
+            s.inodes[ino]?.directory = DirectoryState(children: [:], complete: true, validUntil: .now + configuration.attributeTTL)
             s.inodes[parent]?.attributes.nlink += 1
             touchDirectory(&s, parent)
             return entry(s.inodes[ino]!)
@@ -241,6 +244,7 @@ extension StowFileSystem {
             s.inodes[src]?.parent = newParent
             s.inodes[src]?.name = newName
             s.inodes[src]?.attributes.ctime = .now
+            s.inodes[src]?.changedAt = .now
             if srcEntry.kind == .directory && parent != newParent {
                 s.inodes[parent]?.attributes.nlink -= 1
                 s.inodes[newParent]?.attributes.nlink += 1

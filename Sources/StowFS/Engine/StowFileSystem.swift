@@ -99,6 +99,8 @@ public final class StowFileSystem: Sendable {
         var directory: DirectoryState?
         /// The ETag whose bytes the kernel's page cache may hold.
         var pageCacheETag: String?
+        /// When this mount last changed the name or content (a listing older than that does not know it).
+        var changedAt: ContinuousClock.Instant?
 
         var kind: NodeKind { attributes.kind }
         var hasLocalState: Bool { local != nil || upload != nil || !olderUploads.isEmpty }

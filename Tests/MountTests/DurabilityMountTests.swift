@@ -1,0 +1,71 @@
+import Foundation
+import Testing
+
+@Suite("mount: durability — kill -9, a server that goes away", .serialized)
+struct DurabilityMountTests {
+    @Test("kill -9 of stowfs with every upload still owed: the next mount with the same cache sends them all, intact")
+    func killNine() async throws {
+        try await withMount { m in
+            try m.sh("mkdir -p src && for i in $(seq 1 30); do head -c $((i * 5000)) /dev/urandom > src/f$i; done && head -c 3000000 /dev/urandom > src/big")
+            try m.sh("mkdir \(m.mountpoint)/src")
+            // The server freezes: every upload starts and hangs (the new folder's names are known locally).
+            kill(m.server!.processIdentifier, SIGSTOP)
+            try m.sh("cp src/* \(m.mountpoint)/src/")
+            // close(2) returned for every file: now the daemon dies, mid-upload.
+            m.killMount()
+            kill(m.server!.processIdentifier, SIGCONT)
+            #expect(!MountedFS.isMounted(m.mountpoint))
+            let storedBefore = try await m.withClient { c in try await c.listAll(m.namespace, folder: try .init("src")).count }
+            #expect(storedBefore < 31, "the kill came too late to test anything")
+            try m.mountFS()
+            try m.stowfs(["sync", m.mountpoint])
+            try m.sh("diff -r src \(m.mountpoint)/src")
+            for name in ["f1", "f17", "f30", "big"] {
+                let local = try m.sh("sha256sum src/\(name) | cut -d' ' -f1")
+                #expect(try await m.storedSHA256("src/\(name)") == local, "\(name)")
+            }
+        }
+    }
+
+    @Test("a server that stops: uploads stay queued, status says why, and they drain when it is back")
+    func serverDown() async throws {
+        try await withMount { m in
+            try m.sh("echo before > \(m.mountpoint)/before.txt")
+            try m.stowfs(["sync", m.mountpoint])
+            m.stopServer()
+            try m.sh("for i in $(seq 1 5); do echo file $i > \(m.mountpoint)/down$i.txt; done")
+            #expect(try m.sh("cat \(m.mountpoint)/down3.txt") == "file 3")
+            // The first attempts fail (after the client's connection timeout); status then says why they wait.
+            var status = ""
+            for _ in 0..<60 {
+                status = try m.stowfs(["status", m.mountpoint])
+                if status.contains("cannot reach") { break }
+                try await Task.sleep(for: .seconds(1))
+            }
+            #expect(status.contains("5 file(s)"), "\(status)")
+            #expect(status.contains("cannot reach"), "\(status)")
+            try m.startServer()
+            try m.stowfs(["sync", m.mountpoint])
+            for i in 1...5 { #expect(try await m.storedBytes("down\(i).txt") == Array("file \(i)\n".utf8)) }
+        }
+    }
+
+    @Test("unmount waits for the queue; --leave-queued keeps it for the next mount")
+    func unmountDrains() async throws {
+        try await withMount { m in
+            try m.sh("head -c 2000000 /dev/urandom > a.bin && cp a.bin \(m.mountpoint)/a.bin")
+            try m.unmountFS()
+            #expect(try await m.storedSHA256("a.bin") == (try m.sh("sha256sum a.bin | cut -d' ' -f1")))
+            try m.mountFS()
+            try m.sh("ls \(m.mountpoint)")
+            kill(m.server!.processIdentifier, SIGSTOP)
+            try m.sh("cp a.bin \(m.mountpoint)/b.bin")
+            try m.unmountFS(leaveQueued: true)
+            kill(m.server!.processIdentifier, SIGCONT)
+            #expect(!MountedFS.isMounted(m.mountpoint))
+            try m.mountFS()
+            try m.stowfs(["sync", m.mountpoint])
+            #expect(try await m.storedSHA256("b.bin") == (try m.sh("sha256sum a.bin | cut -d' ' -f1")))
+        }
+    }
+}
