@@ -19,6 +19,7 @@ public final class FaultInjectingObjectStore: ObjectStore {
 
     private struct State {
         var failures: [Operation: [StorageError]] = [:]
+        var failAfter: [Operation: Int] = [:]
         var drops: [Operation: Int] = [:]
         var latency: [Operation: Duration] = [:]
         var defaultLatency: Duration = .zero
@@ -34,6 +35,16 @@ public final class FaultInjectingObjectStore: ObjectStore {
     /// The next `count` calls of `op` fail with `error` (default: a transient 500).
     public func failNext(_ count: Int, of op: Operation, with error: StorageError = StorageError(.unavailable, "injected failure", status: 500)) {
         state.withLock { $0.failures[op, default: []] += Array(repeating: error, count: count) }
+    }
+
+    /// The first `count` calls of `op` from now succeed; every later one fails as unreachable.
+    public func failAfter(_ count: Int, of op: Operation) {
+        state.withLock { $0.failAfter[op] = count }
+    }
+
+    /// Lifts `failAfter`.
+    public func stopFailing(_ op: Operation) {
+        state.withLock { $0.failAfter[op] = nil }
     }
 
     /// The next `count` sends deliver half their bytes, then fail as a dropped connection.
@@ -62,7 +73,10 @@ public final class FaultInjectingObjectStore: ObjectStore {
             s.calls[op, default: 0] += 1
             if s.offline { return (s.latency[op] ?? s.defaultLatency, StorageError(.unavailable, "injected: server unreachable")) }
             var f: StorageError?
-            if var list = s.failures[op], !list.isEmpty {
+            if let left = s.failAfter[op] {
+                if left > 0 { s.failAfter[op] = left - 1 } else { f = StorageError(.unavailable, "injected: server unreachable") }
+            }
+            if f == nil, var list = s.failures[op], !list.isEmpty {
                 f = list.removeFirst()
                 s.failures[op] = list
             }

@@ -41,9 +41,11 @@ extension ObjectStore {
     /// Sends what the server still lacks of an upload, then completes it. Safe to call again after
     /// any failure, or after a restart with a session kept from before.
     /// - Parameter knownOffset: the server's offset if known (0 for a new session); asked otherwise.
+    /// - Parameter willComplete: called once every byte is on the server, just before complete (the
+    ///   caller may stop cancelling from then on: a complete cut off midway may still have happened).
     public func resumeUpload(
         _ session: StartUploadResponse, from source: UploadSource, knownOffset: Int64? = nil, options: UploadOptions = UploadOptions(),
-        progress: ProgressHandler? = nil
+        progress: ProgressHandler? = nil, willComplete: (@Sendable () async -> Void)? = nil
     ) async throws -> FileRecord {
         let size = session.size
         let retry = options.retry
@@ -64,6 +66,8 @@ extension ObjectStore {
             }
         }
         if size == 0 { progress?(0, 0) }
+        await willComplete?()
+        try Task.checkCancellation()
         var attempt = 1
         while true {
             do {

@@ -13,8 +13,11 @@ struct DurabilityTests {
         try await withEngine(store: faulty) { h in
             faulty.isOffline = true
             for i in 0..<5 { try await h.write("f\(i)", "content \(i)") }
-            try await Task.sleep(for: .milliseconds(300))
-            let status = await h.fs.status().queue
+            var status = await h.fs.status().queue
+            for _ in 0..<100 where !status.items.contains(where: { $0.lastError != nil }) {
+                try await Task.sleep(for: .milliseconds(50))
+                status = await h.fs.status().queue
+            }
             #expect(status.files == 5)
             #expect(status.items.contains { $0.lastError?.contains("unreachable") == true })
             #expect(try await h.text("f3") == "content 3")
@@ -83,21 +86,21 @@ struct DurabilityTests {
         let content = (0..<200_000).map { UInt8(truncatingIfNeeded: $0 * 7) }
         do {
             let first = try await Harness.make(store: faulty, cacheDirectory: dir) { $0.uploadChunkSize = 50_000 }
-            // Each chunk takes a while: the "crash" comes after two of four.
-            faulty.setLatency(.milliseconds(150), for: .send)
+            // Two chunks of four arrive; then the connection is gone, and the mount dies.
+            faulty.failAfter(2, of: .send)
             try await first.write("big.bin", content)
-            try await Task.sleep(for: .milliseconds(380))
+            while faulty.calls(of: .send) < 3 { try await Task.sleep(for: .milliseconds(10)) }
             await first.close(keepCache: true)
         }
+        faulty.stopFailing(.send)
         let sentBefore = faulty.calls(of: .send)
         let second = try await Harness.make(store: faulty, cacheDirectory: dir) { $0.uploadChunkSize = 50_000 }
         defer { Task { await second.close() } }
-        faulty.setLatency(.zero, for: .send)
         await second.fs.sync()
         let url = try await base.signedURLs(ns, [try StoragePath("big.bin")], expiry: 60)[0].signedUrl
         #expect(Array(try await base.read(url: url, range: nil, ifMatch: nil).bytes.readableBytesView) == content)
         let resends = faulty.calls(of: .send) - sentBefore
-        #expect(resends < 4, "resumed with \(resends) chunk(s) instead of all 4")
+        #expect(resends == 2, "resumed with \(resends) chunk(s); the last 2 of 4 were missing")
         #expect(faulty.calls(of: .uploadedBytes) >= 1)
     }
 }

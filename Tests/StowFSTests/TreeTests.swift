@@ -182,3 +182,21 @@ struct EngineTreeTests {
         }
     }
 }
+
+@Suite("engine: the kernel forgetting inodes")
+struct ForgetTests {
+    @Test("after the kernel forgets an inode (drop_caches), its name is still found — from the listing or the server")
+    func forgetKeepsNames() async throws {
+        try await withEngine(configure: { $0.attributeTTL = .seconds(60) }) { h in
+            try await h.mkdir("d")
+            try await h.write("d/f", "x")
+            await h.fs.sync()
+            let dir = try await h.resolve("d")
+            let entry = try await h.fs.lookup(parent: dir, name: "f")
+            // The kernel held two references (create and this lookup) and drops them all.
+            h.fs.forget(entry.ino, count: 2)
+            #expect(try await h.fs.lookup(parent: dir, name: "f").attributes.size == 1)
+            #expect(try await h.names("d") == ["f"])
+        }
+    }
+}

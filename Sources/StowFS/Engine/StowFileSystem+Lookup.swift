@@ -112,10 +112,13 @@ extension StowFileSystem {
     /// Answers a lookup from the folder's listing, fresh or not.
     func answerFromListing(parent: InodeNumber, name: String, retain: Bool) throws(FSError) -> Entry {
         try state.withLock { (s: inout State) throws(FSError) -> Entry in
-            guard let ino = s.inodes[parent]?.directory?.children[name], var e = s.inodes[ino], !e.unlinked else {
+            guard let ino = s.inodes[parent]?.directory?.children[name] else {
                 s.inodes[parent]?.directory?.negative[name] = .now + configuration.negativeTTL
                 throw FSError.notFound
             }
+            // A name whose inode the kernel dropped, while the server cannot be asked for it again.
+            guard var e = s.inodes[ino] else { throw FSError.io("the server is unreachable and `\(name)` is not cached") }
+            guard !e.unlinked else { throw FSError.notFound }
             if retain { e.lookups += 1 }
             s.inodes[ino] = e
             return entry(e)
@@ -175,9 +178,10 @@ extension StowFileSystem {
             guard var e = s.inodes[ino] else { return }
             e.lookups = e.lookups > count ? e.lookups - count : 0
             if e.lookups == 0 && e.openHandles == 0 && !e.hasLocalState {
+                // The kernel dropped the inode (memory pressure, drop_caches) — not the name: the folder's
+                // listing still names it, and the next lookup makes the inode again.
                 s.inodes[ino] = nil
                 if let r = e.remote, s.byRemote[r.ino] == ino { s.byRemote[r.ino] = nil }
-                if s.inodes[e.parent]?.directory?.children[e.name] == ino { s.inodes[e.parent]?.directory?.children[e.name] = nil }
             } else {
                 s.inodes[ino] = e
             }

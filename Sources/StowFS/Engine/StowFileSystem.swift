@@ -302,6 +302,18 @@ public final class StowFileSystem: Sendable {
             s.inodes[parent]?.directory?.negative[name] = nil
             return ino
         }
+        if let existing = s.inodes[parent]?.directory?.children[name], var e = s.inodes[existing], e.kind == r.kind, !e.unlinked,
+            e.remote == nil || e.hasLocalState
+        {
+            // The server's record of a file this mount made (or is changing): the same inode. Its local
+            // state (size, times, owner) is newer than the record; only the server's identity is taken.
+            if let old = e.remote, old.ino != r.inode, s.byRemote[old.ino] == existing { s.byRemote[old.ino] = nil }
+            e.remote = RemoteInfo(ino: r.inode, etag: r.etag, id: r.id)
+            e.validUntil = validUntil
+            s.inodes[existing] = e
+            s.byRemote[r.inode] = existing
+            return existing
+        }
         let ino = r.inode >= InodeNumber.firstLocal || s.inodes[r.inode] != nil ? newLocalInode(&s) : r.inode
         var e = InodeEntry(
             ino: ino, parent: parent, name: name, attributes: attributes(r, ino: ino), validUntil: validUntil,

@@ -37,6 +37,11 @@ public actor UploadQueue {
     private var cancelling: Set<Int64> = []
     /// Records whose start request is on its way (their parameters are fixed).
     private var starting: Set<Int64> = []
+    /// Records past their last byte: from here on they are let finish, never cut off (a complete cut
+    /// off midway may have happened on the server anyway, and the caller must know).
+    private var completing: Set<Int64> = []
+
+    func markCompleting(_ id: Int64) { completing.insert(id) }
     private var waiters: [(ids: Set<Int64>, continuation: CheckedContinuation<Void, Never>)] = []
     private var onFinished: (@Sendable (Finished) async -> Void)?
     private var scheduler: Task<Void, Never>?
@@ -213,7 +218,7 @@ public actor UploadQueue {
     /// The caller keeps `id` in `cancelling` meanwhile.
     private func interrupt(_ id: Int64) async -> FileRecord? {
         guard let task = running[id] else { return nil }
-        task.cancel()
+        if !completing.contains(id) { task.cancel() }
         return await task.value
     }
 
@@ -305,6 +310,7 @@ public actor UploadQueue {
     private func run(_ id: Int64) async -> FileRecord? {
         defer {
             running[id] = nil
+            completing.remove(id)
             progress.clear(id)
             wake.signal()
         }
@@ -363,7 +369,8 @@ public actor UploadQueue {
             var stored = try await store.resumeUpload(
                 session, from: .file(path: r.cacheFile), knownOffset: known,
                 options: UploadOptions(chunkSize: chunkSize, retry: RetryPolicy(attempts: 3, baseDelay: .milliseconds(300))),
-                progress: { sent, _ in board.set(id, sent) })
+                progress: { sent, _ in board.set(id, sent) },
+                willComplete: { await self.markCompleting(id) })
             if let patch = records[id]?.patch {
                 stored = try await store.update(ns, r.location.path, patch, ifMatch: nil)
             }
