@@ -234,6 +234,9 @@ extension StowFileSystem {
             } catch let e as StorageError where e.kind == .forbidden {
                 lastError = FSError(e)
                 urls.forget(location)
+            } catch let e as StorageError where e.kind == .notFound || e.kind == .gone {
+                // Deleted on the server while open here: what is not cached is gone (EIO, not ENOENT, for a read).
+                throw FSError.io("\(location) was deleted on the server")
             } catch {
                 throw FSError.from(error)
             }
