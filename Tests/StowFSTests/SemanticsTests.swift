@@ -51,8 +51,8 @@ struct SemanticsTests {
             do {
                 _ = try await h.fs.read(ino, handle: handle, offset: 36_000, size: 4000)
                 Issue.record("an uncached range of a deleted file was read")
-            } catch {
-                guard case .io = error else { Issue.record("expected EIO, got \(error)"); return }
+            } catch let e as FSError {
+                guard case .io = e else { Issue.record("expected EIO, got \(e)"); return }
             }
             await h.fs.release(ino, handle: handle)
         }
