@@ -1,12 +1,12 @@
 # StowFS — one entry point.
-#   make run    build release binaries, start a local stowd and mount the namespace `demo` at ./mnt
+#   make run    build release binaries, start a local stowd and mount the namespace `demo` at ./mnt (MNT=…)
+#   make stop   store what is queued and unmount it
 #   make test   install what is missing, build, run every test
 SHELL := /bin/bash
 SWIFT ?= swift
 PREFIX ?= /usr/local
 DESTDIR ?=
-DATA ?= $(HOME)/.local/share/stowfs/stowd
-PORT ?= 8420
+MNT ?= $(CURDIR)/mnt
 
 .PHONY: all deps build release test run stop install bench bench-server clean
 
@@ -26,8 +26,10 @@ test: deps
 	$(SWIFT) test --skip-build
 
 run: release
-	@echo "stowd on http://127.0.0.1:$(PORT), data in $(DATA); Ctrl-C stops it."
-	.build/release/stowd --data-dir "$(DATA)" --port $(PORT)
+	@scripts/run.sh "$(MNT)"
+
+stop:
+	@.build/release/stowfs unmount "$(MNT)"
 
 # PUT/GET of a 1 GiB file and small-file completes through stowd, against plain copies on the same disk.
 bench-server: release
@@ -36,6 +38,7 @@ bench-server: release
 install: release
 	install -d "$(DESTDIR)$(PREFIX)/bin"
 	install -m 0755 .build/release/stowd "$(DESTDIR)$(PREFIX)/bin/stowd"
+	install -m 0755 .build/release/stowfs "$(DESTDIR)$(PREFIX)/bin/stowfs"
 
 clean:
 	rm -rf .build
