@@ -30,11 +30,12 @@ cat <<MSG
   (a local stowd keeps its data in ~/.local/share/stowfs/stowd).
 
   Try, in another terminal:
-    cp -r /usr/share/doc/bash $mnt/
-    setfattr -n user.tags -v 'docs,shell' $mnt/bash/README
-    getfattr -n user.stow.url $mnt/bash/README      # a link anyone can fetch
+    cp -r /usr/share/common-licenses $mnt/licenses
+    setfattr -n user.tags -v 'legal,gpl' $mnt/licenses/GPL-3
+    getfattr -n user.tags $mnt/licenses/GPL-3
+    getfattr -n user.stow.url $mnt/licenses/GPL-3     # a link anyone can fetch
     $bin/stowfs status $mnt
-    $bin/stowfs sync $mnt                          # returns when the server has everything
+    $bin/stowfs sync $mnt        # returns when the server has everything
 
   Ctrl-C here (or \`make stop\`) stores what is queued and unmounts.
 

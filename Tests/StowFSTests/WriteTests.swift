@@ -104,3 +104,27 @@ struct WriteTests {
         }
     }
 }
+
+@Suite("engine: owners and modes of files that carry none")
+struct DefaultsTests {
+    @Test("a file stored without owner or mode shows --uid, --gid and the --umask'd default mode")
+    func defaults() async throws {
+        let store = InMemoryObjectStore(namespaces: [ns])
+        _ = try await store.upload(.bytes(ByteBuffer(string: "x")), size: 1, to: ns, try StoragePath("plain/file"))
+        try await withEngine(store: store, configure: {
+            $0.defaultUID = 1234
+            $0.defaultGID = 99
+            $0.umask = 0o027
+        }) { h in
+            let file = try await h.fs.getattr(try await h.resolve("plain/file"))
+            #expect(file.uid == 1234 && file.gid == 99)
+            #expect(file.mode == 0o640)
+            let dir = try await h.fs.getattr(try await h.resolve("plain"))
+            #expect(dir.mode == 0o750)
+            // A file made through the mount keeps what it was given.
+            try await h.write("mine", [1], mode: 0o600)
+            await h.fs.sync()
+            #expect(try await h.storedRecord("mine").mode == 0o600)
+        }
+    }
+}
