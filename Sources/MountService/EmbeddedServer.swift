@@ -7,11 +7,10 @@ import Glibc
 
 /// The `stowd` a mount without `--endpoint` uses: the one already serving the data folder, or a
 /// new one started beside `stowfs` on loopback.
-public final class EmbeddedServer: @unchecked Sendable {
-    // @unchecked: `process` is set once in `start` and read-only afterwards.
+public final class EmbeddedServer {
     public let endpoint: String
     public let token: String
-    private let process: Process?
+    private let child: StowdChild?
 
     public static func defaultDataDirectory() -> String {
         let env = ProcessInfo.processInfo.environment
@@ -19,10 +18,10 @@ public final class EmbeddedServer: @unchecked Sendable {
         return base + "/stowfs/stowd"
     }
 
-    private init(endpoint: String, token: String, process: Process?) {
+    private init(endpoint: String, token: String, child: StowdChild?) {
         self.endpoint = endpoint
         self.token = token
-        self.process = process
+        self.child = child
     }
 
     /// Finds the running stowd of `dataDirectory`, or starts one.
@@ -31,34 +30,27 @@ public final class EmbeddedServer: @unchecked Sendable {
             await isHealthy(url), let token = readToken(dataDirectory)
         {
             logger.info("using the stowd already serving \(dataDirectory) at \(url)")
-            return EmbeddedServer(endpoint: url, token: token, process: nil)
+            return EmbeddedServer(endpoint: url, token: token, child: nil)
         }
-        let binary = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent().path + "/stowd"
+        let binary = StowdChild.siblingBinary()
         guard FileManager.default.isExecutableFile(atPath: binary) else {
             throw MountProblem("no stowd beside stowfs (\(binary))", fix: "install both (make install), or give a server with --endpoint URL")
         }
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: binary)
-        p.arguments = ["--data-dir", dataDirectory, "--port", "0", "--log-level", "warning"]
         var env = ProcessInfo.processInfo.environment
         env["STOWD_TOKEN"] = nil
-        p.environment = env
-        let out = Pipe()
-        p.standardOutput = out
-        try p.run()
-        var line = Data()
-        while true {
-            let b = out.fileHandleForReading.readData(ofLength: 1)
-            if b.isEmpty || b == Data("\n".utf8) { break }
-            line += b
+        let fix = "run it by hand to see why: \(binary) --data-dir \(dataDirectory)"
+        let child: StowdChild
+        do {
+            child = try StowdChild(binary: binary, arguments: ["--data-dir", dataDirectory, "--port", "0", "--log-level", "warning"], environment: env)
+        } catch {
+            throw MountProblem("the embedded stowd did not start (data in \(dataDirectory)): \(error)", fix: fix)
         }
-        let url = String(decoding: line, as: UTF8.self)
-        guard url.hasPrefix("http"), let token = readToken(dataDirectory) else {
-            p.terminate()
-            throw MountProblem("the embedded stowd did not start (data in \(dataDirectory))", fix: "run it by hand to see why: \(binary) --data-dir \(dataDirectory)")
+        guard let token = readToken(dataDirectory) else {
+            child.stop()
+            throw MountProblem("the embedded stowd wrote no admin token in \(dataDirectory)", fix: fix)
         }
-        logger.info("started stowd at \(url) (data in \(dataDirectory))")
-        return EmbeddedServer(endpoint: url, token: token, process: p)
+        logger.info("started stowd at \(child.url) (data in \(dataDirectory))")
+        return EmbeddedServer(endpoint: child.url, token: token, child: child)
     }
 
     static func readToken(_ dir: String) -> String? {
@@ -84,9 +76,5 @@ public final class EmbeddedServer: @unchecked Sendable {
     }
 
     /// Stops the stowd this started (a stowd found running is left alone).
-    public func stop() {
-        guard let p = process, p.isRunning else { return }
-        p.terminate()
-        p.waitUntilExit()
-    }
+    public func stop() { child?.stop() }
 }

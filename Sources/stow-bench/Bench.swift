@@ -77,48 +77,6 @@ enum Bench {
         let kernel = (try? String(contentsOfFile: "/proc/sys/kernel/osrelease", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
         return "\(cpu), \(cores) cores, \(mem) GiB, Linux \(kernel)"
     }
-
-    /// stowd as a child process on a free loopback port.
-    final class StowdChild {
-        let process = Process()
-        let url: String
-        let token = "bench-token-\(UUID().uuidString)"
-
-        init(binary: String, dataDirectory: String) throws {
-            process.executableURL = URL(fileURLWithPath: binary)
-            process.arguments = ["--data-dir", dataDirectory, "--port", "0", "--log-level", "warning"]
-            var env = ProcessInfo.processInfo.environment
-            env["STOWD_TOKEN"] = token
-            process.environment = env
-            let out = Pipe()
-            process.standardOutput = out
-            try process.run()
-            var line = Data()
-            while true {
-                let b = out.fileHandleForReading.readData(ofLength: 1)
-                if b.isEmpty || b == Data("\n".utf8) { break }
-                line += b
-            }
-            url = String(decoding: line, as: UTF8.self)
-            guard url.hasPrefix("http") else {
-                process.terminate()
-                throw CocoaError(.executableLoad, userInfo: [NSLocalizedDescriptionKey: "stowd did not start"])
-            }
-        }
-
-        func peakRSS() -> Int64? {
-            guard let text = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/status", encoding: .utf8) else { return nil }
-            return text.split(separator: "\n").first { $0.hasPrefix("VmHWM:") }
-                .flatMap { $0.split(separator: " ").dropFirst().first }.flatMap { Int64($0) }.map { $0 * 1024 }
-        }
-
-        func stop() {
-            if process.isRunning {
-                process.terminate()
-                process.waitUntilExit()
-            }
-        }
-    }
 }
 
 extension Duration {

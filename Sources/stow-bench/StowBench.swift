@@ -46,7 +46,7 @@ struct ServerBench: AsyncParsableCommand {
         let scratch = dir ?? "/var/tmp/stow-bench-\(getpid())"
         try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
         defer { if dir == nil { try? FileManager.default.removeItem(atPath: scratch) } }
-        let binary = stowd ?? URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent().path + "/stowd"
+        let binary = stowd ?? StowdChild.siblingBinary()
         guard FileManager.default.isExecutableFile(atPath: binary) else { throw ValidationError("no stowd at \(binary); build it or pass --stowd") }
 
         let source = scratch + "/source.bin"
@@ -60,9 +60,12 @@ struct ServerBench: AsyncParsableCommand {
             try? FileManager.default.removeItem(atPath: scratch + "/copy.bin")
         }
 
-        let server = try Bench.StowdChild(binary: binary, dataDirectory: scratch + "/data")
+        let token = "bench-token-\(UUID().uuidString)"
+        var env = ProcessInfo.processInfo.environment
+        env["STOWD_TOKEN"] = token
+        let server = try StowdChild(binary: binary, arguments: ["--data-dir", scratch + "/data", "--port", "0", "--log-level", "warning"], environment: env)
         defer { server.stop() }
-        var config = HTTPObjectStore.Configuration(endpoint: server.url, token: server.token)
+        var config = HTTPObjectStore.Configuration(endpoint: server.url, token: token)
         config.maxConnectionsPerHost = max(16, concurrency)
         let client = HTTPObjectStore(configuration: config)
         let ns = try Namespace("bench")

@@ -16,7 +16,8 @@ final class MountedFS: @unchecked Sendable {
     var cacheDirectory: String { root + "/cache" }
     var dataDirectory: String { root + "/data" }
     let namespace = try! Namespace("test")
-    private(set) var server: Process?
+    private(set) var stowd: StowdChild?
+    var server: Process? { stowd?.process }
     private(set) var mount: Process?
     private(set) var endpoint = ""
     var port = 0
@@ -36,33 +37,19 @@ final class MountedFS: @unchecked Sendable {
 
     /// Starts stowd (on `port`, 0 for a free one).
     func startServer() throws {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: Self.binDirectory + "/stowd")
-        p.arguments = ["--data-dir", dataDirectory, "--port", String(port), "--log-level", "warning"]
         var env = ProcessInfo.processInfo.environment
         env["STOWD_TOKEN"] = Self.token
-        p.environment = env
-        let out = Pipe()
-        p.standardOutput = out
-        try p.run()
-        var line = Data()
-        while true {
-            let b = out.fileHandleForReading.readData(ofLength: 1)
-            if b.isEmpty || b == Data("\n".utf8) { break }
-            line += b
-        }
-        endpoint = String(decoding: line, as: UTF8.self)
-        guard endpoint.hasPrefix("http") else { throw Failure("stowd did not start") }
-        port = Int(endpoint.split(separator: ":").last!)!
-        server = p
+        let child = try StowdChild(
+            binary: Self.binDirectory + "/stowd", arguments: ["--data-dir", dataDirectory, "--port", String(port), "--log-level", "warning"],
+            environment: env)
+        endpoint = child.url
+        port = child.port
+        stowd = child
     }
 
     func stopServer() {
-        if let s = server, s.isRunning {
-            s.terminate()
-            s.waitUntilExit()
-        }
-        server = nil
+        stowd?.stop()
+        stowd = nil
     }
 
     /// Mounts (the namespace is created if missing) and waits until the mount is live.

@@ -79,7 +79,9 @@ struct CrashTests {
                     }
                 }
             }
-            try await Task.sleep(for: .milliseconds(800))
+            // Kill once a few of the stream's files completed (the slow PUTs are still going then).
+            let deadline = ContinuousClock.now + .seconds(30)
+            while finished.value.count < 8 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
             stowd.kill9()
             await inFlight.value
             try? await raw.shutdown()

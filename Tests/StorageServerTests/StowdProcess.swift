@@ -3,11 +3,8 @@ import StorageClient
 import Testing
 
 /// The `stowd` executable, built beside the tests, run as a child process.
-final class StowdProcess: @unchecked Sendable {
-    // @unchecked: `process` and `url` are set in init and only read afterwards; Process itself is thread-safe for
-    // the calls made here (terminate, processIdentifier, waitUntilExit).
-    let process = Process()
-    let url: String
+final class StowdProcess: Sendable {
+    let child: StowdChildBox
     let dataDirectory: String
     static let token = "crash-test-admin-token"
 
@@ -20,58 +17,21 @@ final class StowdProcess: @unchecked Sendable {
         return dir.path
     }
 
-    /// The port of `url`.
-    var port: Int { Int(url.split(separator: ":").last ?? "") ?? 0 }
-
     init(dataDirectory: String, port: Int = 0, extraArguments: [String] = []) throws {
         self.dataDirectory = dataDirectory
-        process.executableURL = URL(fileURLWithPath: Self.binDirectory + "/stowd")
-        process.arguments = ["--data-dir", dataDirectory, "--port", String(port), "--log-level", "warning"] + extraArguments
         var env = ProcessInfo.processInfo.environment
         env["STOWD_TOKEN"] = Self.token
-        process.environment = env
-        let out = Pipe()
-        process.standardOutput = out
-        try process.run()
-        // The first line of stdout is the URL.
-        var line = Data()
-        while true {
-            let byte = out.fileHandleForReading.readData(ofLength: 1)
-            if byte.isEmpty || byte == Data("\n".utf8) { break }
-            line += byte
-        }
-        guard let text = String(data: line, encoding: .utf8), text.hasPrefix("http://") else {
-            process.terminate()
-            throw StorageError(.unavailable, "stowd did not print its URL (got \(String(decoding: line, as: UTF8.self)))")
-        }
-        url = text
+        child = StowdChildBox(try StowdChild(
+            binary: Self.binDirectory + "/stowd",
+            arguments: ["--data-dir", dataDirectory, "--port", String(port), "--log-level", "warning"] + extraArguments, environment: env))
     }
 
-    var pid: Int32 { process.processIdentifier }
-
-    func kill9() {
-        kill(pid, SIGKILL)
-        process.waitUntilExit()
-    }
-
-    /// SIGTERM and wait; returns the exit status.
-    func stop() -> Int32 {
-        if process.isRunning {
-            process.terminate()
-            process.waitUntilExit()
-        }
-        return process.terminationStatus
-    }
-
-    /// Peak resident memory so far (VmHWM), in bytes.
-    func peakRSS() -> Int64? {
-        guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
-        for line in text.split(separator: "\n") where line.hasPrefix("VmHWM:") {
-            let kb = line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap { Int64($0) }
-            return kb.map { $0 * 1024 }
-        }
-        return nil
-    }
+    var url: String { child.value.url }
+    var port: Int { child.value.port }
+    var pid: Int32 { child.value.pid }
+    func kill9() { child.value.kill9() }
+    func stop() -> Int32 { child.value.stop() }
+    func peakRSS() -> Int64? { child.value.peakRSS() }
 
     /// Runs `body` with a client of this server; the client is shut down however `body` ends.
     func withClient<T>(_ body: (HTTPObjectStore) async throws -> T) async throws -> T {
@@ -88,10 +48,12 @@ final class StowdProcess: @unchecked Sendable {
         }
     }
 
-    deinit {
-        if process.isRunning {
-            process.terminate()
-            process.waitUntilExit()
-        }
-    }
+    deinit { _ = child.value.stop() }
+}
+
+/// Lets tests share a child process between tasks. `@unchecked Sendable`: tests only; the child is
+/// created once and its methods (signals, waits, reading /proc) are safe from any thread.
+final class StowdChildBox: @unchecked Sendable {
+    let value: StowdChild
+    init(_ v: StowdChild) { value = v }
 }
