@@ -148,6 +148,8 @@ struct CrashTests {
         let put = try await raw.client.execute(HTTPClientRequestFactory.put(session.upload.url, body: SlowBody.fast(total: size), length: size), timeout: .seconds(300))
         #expect(put.status.code == 200)
         _ = try await client.completeUpload(session)
+        let afterUpload = stowd.peakRSS() ?? 0
+        print("stowd RSS: baseline \(baseline >> 20) MiB, after upload \(afterUpload >> 20) MiB")
         let url = try await client.signedURLs(ns, [path("big.bin")], expiry: 60)[0].signedUrl
         let target = dir + "/downloaded"
         let got = try await client.download(url: url, to: target)
