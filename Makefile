@@ -6,9 +6,16 @@ SHELL := /bin/bash
 SWIFT ?= swift
 PREFIX ?= /usr/local
 DESTDIR ?=
+BINDIR ?= $(PREFIX)/bin
+# mount(8) looks for mount helpers in /sbin only.
+SBINDIR ?= /sbin
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+DOCDIR ?= $(PREFIX)/share/doc/stowfs
+# Where the binaries to install are (install-files alone does not build).
+BUILD_DIR ?= .build/release
 MNT ?= $(CURDIR)/mnt
 
-.PHONY: all deps build release test run stop install bench bench-server clean
+.PHONY: all deps build release test run stop install install-files bench bench-server clean
 
 all: build
 
@@ -35,10 +42,19 @@ stop:
 bench-server: release
 	.build/release/stow-bench server --size $${SIZE:-1G} --runs $${RUNS:-3}
 
-install: release
-	install -d "$(DESTDIR)$(PREFIX)/bin"
-	install -m 0755 .build/release/stowd "$(DESTDIR)$(PREFIX)/bin/stowd"
-	install -m 0755 .build/release/stowfs "$(DESTDIR)$(PREFIX)/bin/stowfs"
+# stowd and stowfs, the mount helpers (mount -t fuse.stowfs, /etc/fstab, umount) and the systemd units.
+install: release install-files
+
+install-files:
+	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(SBINDIR)" "$(DESTDIR)$(UNITDIR)" "$(DESTDIR)$(DOCDIR)"
+	install -m 0755 $(BUILD_DIR)/stowd "$(DESTDIR)$(BINDIR)/stowd"
+	install -m 0755 $(BUILD_DIR)/stowfs "$(DESTDIR)$(BINDIR)/stowfs"
+	for f in mount.fuse.stowfs umount.fuse.stowfs; do \
+		sed -e 's|@BINDIR@|$(BINDIR)|g' mount-helpers/$$f > "$(DESTDIR)$(SBINDIR)/$$f" && chmod 0755 "$(DESTDIR)$(SBINDIR)/$$f"; done
+	for f in stowd.service stowfs@.service; do \
+		sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' mount-helpers/systemd/$$f > "$(DESTDIR)$(UNITDIR)/$$f" && chmod 0644 "$(DESTDIR)$(UNITDIR)/$$f"; done
+	install -m 0644 README.md docs/SEMANTICS.md "$(DESTDIR)$(DOCDIR)/"
+	@echo "installed stowd and stowfs in $(BINDIR), the mount helpers in $(SBINDIR), the systemd units in $(UNITDIR)"
 
 clean:
 	rm -rf .build

@@ -135,7 +135,7 @@ let package = Package(
         .testTarget(
             name: "MountTests",
             dependencies: [
-                "StorageClient", "StorageProtocol",
+                "MountService", "StorageClient", "StorageProtocol",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],

@@ -67,7 +67,8 @@ public enum Preflight {
             case .forbidden:
                 throw MountProblem("the token may not list namespaces on \(endpoint)", fix: "use a token with read access")
             default:
-                throw MountProblem("cannot reach the server at \(endpoint): \(e.message)", fix: "is stowd running there? check --endpoint")
+                let why = e.message.replacingOccurrences(of: "cannot reach \(endpoint): ", with: "")
+                throw MountProblem("cannot reach the server at \(endpoint): \(why)", fix: "is stowd running there? check --endpoint (or endpoint in the config file)")
             }
         } catch {
             throw MountProblem("cannot reach the server at \(endpoint): \(error)", fix: "is stowd running there? check --endpoint")

@@ -101,7 +101,7 @@ public final class HTTPObjectStore: ObjectStore {
             throw StorageError(.cancelled, "cancelled")
         } catch {
             if Task.isCancelled { throw StorageError(.cancelled, "cancelled") }
-            throw StorageError(.unavailable, "cannot reach \(configuration.endpoint): \(error)")
+            throw StorageError(.unavailable, "cannot reach \(configuration.endpoint): \(Self.transportProblem(error))")
         }
     }
 
@@ -332,13 +332,24 @@ public final class HTTPObjectStore: ObjectStore {
     }
 
     /// Streams a whole file by signed URL into a local file, with progress.
+    /// A transport failure in a few words a user can act on.
+    static func transportProblem(_ error: any Error) -> String {
+        let text = String(describing: error)
+        if text.contains("Connection refused") || text.contains("errno: 111") { return "connection refused (is the server running?)" }
+        if text.contains("connectTimeout") { return "the connection timed out" }
+        if text.contains("deadlineExceeded") || text.contains("readTimeout") { return "no answer in time" }
+        if text.contains("NXDOMAIN") || text.contains("lookup") || text.contains("dns") { return "the host name does not resolve" }
+        if text.contains("remoteConnectionClosed") || text.contains("Connection reset") { return "the connection was closed" }
+        return text
+    }
+
     public func download(url: String, to path: String, progress: ProgressHandler? = nil) async throws -> Int64 {
         let request = makeRequest(.GET, url, authorized: false)
         let response: HTTPClientResponse
         do {
             response = try await client.execute(request, timeout: .hours(24))
         } catch {
-            throw StorageError(.unavailable, "cannot reach \(configuration.endpoint): \(error)")
+            throw StorageError(.unavailable, "cannot reach \(configuration.endpoint): \(Self.transportProblem(error))")
         }
         guard response.status == .ok else {
             let body = try await response.body.collect(upTo: 1 << 20)

@@ -18,14 +18,13 @@ struct StowFSCommand: AsyncParsableCommand {
             returns once they are safe in the local journal. `stowfs sync`, fsync(2) and unmount wait
             until the server has everything.
             """,
-        subcommands: [Mount.self, Unmount.self, Sync.self, Status.self])
+        subcommands: [Mount.self, Unmount.self, Sync.self, Status.self, Config.self])
 }
 
-func bootstrapLogging(level: String) {
-    let lvl = Logger.Level(rawValue: level) ?? .info
+func bootstrapLogging(level: Logger.Level) {
     LoggingSystem.bootstrap { label in
         var h = StreamLogHandler.standardError(label: label)
-        h.logLevel = lvl
+        h.logLevel = level
         return h
     }
 }
@@ -41,6 +40,9 @@ struct Mount: AsyncParsableCommand {
         discussion: """
             Without --endpoint, stowfs uses the stowd installed beside it, started on loopback with its
             data under ~/.local/share/stowfs/stowd (or the one already running there).
+            Settings come from flags, then ~/.config/stowfs/config.toml, then /etc/stowfs/config.toml
+            (`key = value`, keys as the flags with `_`: endpoint, token_file, cache_size, ...);
+            `stowfs config check` shows what a mount would use and why.
             Examples:
               stowfs mount photos /mnt/photos --endpoint http://127.0.0.1:8420
               stowfs mount --all /mnt/stow
@@ -56,17 +58,7 @@ struct Mount: AsyncParsableCommand {
     @Flag(help: "Mount the root: each top-level folder is a namespace.")
     var all = false
 
-    @Option(help: "The stowd to use, e.g. http://127.0.0.1:8420. Default: a local stowd beside stowfs.")
-    var endpoint: String?
-
-    @Option(help: "A file whose first line is the token (else STOWFS_TOKEN).")
-    var tokenFile: String?
-
-    @Option(help: "Where local copies, the block cache and the upload journal live. Default: ~/.cache/stowfs/<server>/<namespace>.")
-    var cacheDir: String?
-
-    @Option(help: "Size bound of the block cache (e.g. 2G).")
-    var cacheSize: String = "2G"
+    @OptionGroup var settings: SettingsFlags
 
     @Flag(help: "Stay attached to the terminal (default: return once the mount is live).")
     var foreground = false
@@ -76,24 +68,6 @@ struct Mount: AsyncParsableCommand {
 
     @Flag(help: "Create the namespace if it does not exist.")
     var create = false
-
-    @Option(help: "Owner shown for files that carry none (default: yours).")
-    var uid: UInt32?
-
-    @Option(help: "Group shown for files that carry none (default: yours).")
-    var gid: UInt32?
-
-    @Option(help: "Mode mask for files that carry no mode, in octal.")
-    var umask: String = "022"
-
-    @Option(help: "Seconds that attributes and listings from the server are trusted.")
-    var attrTTL: Double = 5
-
-    @Option(help: "Uploads in flight at once.")
-    var parallel: Int = 8
-
-    @Option(help: "Log level: trace, debug, info, notice, warning, error.")
-    var logLevel: String = "info"
 
     @Flag(help: .hidden)
     var daemonChild = false
@@ -105,41 +79,30 @@ struct Mount: AsyncParsableCommand {
             guard let ns = namespace, mountpoint != nil else { throw ValidationError("give a namespace and a mountpoint: stowfs mount NAMESPACE MOUNTPOINT") }
             guard Namespace.isValid(ns) else { throw ValidationError("`\(ns)` is not a valid namespace (a–z, 0–9, `.`, `_`, `-`; at most 63)") }
         }
-        guard ByteSize.parse(cacheSize) != nil else { throw ValidationError("--cache-size: `\(cacheSize)` is not a size (try 2G)") }
-        guard UInt32(umask, radix: 8) != nil else { throw ValidationError("--umask: `\(umask)` is not octal") }
-        guard parallel >= 1 && parallel <= 256 else { throw ValidationError("--parallel must be 1 to 256") }
-        guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level: `\(logLevel)` is not a level") }
     }
 
     var target: String { (all ? namespace : mountpoint) ?? "" }
 
     func run() async throws {
         var opts = MountOptions(namespace: all ? nil : namespace.flatMap { try? Namespace($0) }, mountpoint: target)
-        opts.endpoint = endpoint
-        if let tokenFile {
-            guard let text = try? String(contentsOfFile: tokenFile, encoding: .utf8),
-                let line = text.split(separator: "\n").first(where: { !$0.trimmingCharacters(in: .whitespaces).isEmpty })
-            else { fail("cannot read a token from \(tokenFile)") }
-            opts.token = line.trimmingCharacters(in: .whitespaces)
-        } else {
-            opts.token = ProcessInfo.processInfo.environment["STOWFS_TOKEN"]
+        let level: Logger.Level
+        do {
+            let resolved = try settings.resolve()
+            try resolved.apply(to: &opts)
+            level = try resolved.logLevel()
+        } catch let e as ConfigError {
+            fail("the config file cannot be used: \(e)\n  → fix it, or check it with: stowfs config check")
+        } catch let p as MountProblem {
+            fail(p.description)
         }
-        if endpoint != nil && opts.token == nil { fail("no token: set STOWFS_TOKEN or pass --token-file") }
-        opts.cacheDirectory = cacheDir
-        opts.cacheSize = ByteSize.parse(cacheSize) ?? opts.cacheSize
         opts.fuseOptions = options.flatMap { $0.split(separator: ",").map(String.init) }
         opts.createNamespace = create
-        opts.uid = uid
-        opts.gid = gid
-        opts.umask = UInt32(umask, radix: 8) ?? 0o022
-        opts.attributeTTL = attrTTL
-        opts.uploadParallelism = parallel
 
         if !foreground {
             Glibc.exit(Daemon.spawn(mountpoint: target, logFile: MountRunner.logFile(mountpoint: target)))
         }
         if daemonChild { _ = setsid() }
-        bootstrapLogging(level: logLevel)
+        bootstrapLogging(level: level)
         let logger = Logger(label: "stowfs")
         do {
             let rc = try await MountRunner.run(opts, logger: logger)
