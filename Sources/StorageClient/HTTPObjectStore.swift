@@ -44,6 +44,9 @@ public final class HTTPObjectStore: ObjectStore {
             redirectConfiguration: .disallow,
             timeout: .init(connect: .seconds(10), read: .nanoseconds(Int64(configuration.idleTimeout.components.seconds) * 1_000_000_000)))
         c.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: configuration.maxConnectionsPerHost)
+        // A refused connection fails the request at once; RetryPolicy decides about retrying (AsyncHTTPClient's
+        // own retries would hold every request until the connect timeout: 20 s before "cannot reach").
+        c.connectionPool.retryConnectionEstablishment = false
         c.decompression = .disabled
         client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: c)
     }

@@ -1,0 +1,199 @@
+import Foundation
+import StorageClient
+import StorageProtocol
+import Testing
+
+/// What a new user meets first: mount(8) and /etc/fstab through the mount helper, `make install`,
+/// and the errors of a first mount, each naming the problem and its fix.
+@Suite("newcomer: mount helpers, install, first errors", .serialized)
+struct NewcomerTests {
+    static var repoRoot: String { SemanticsDocTests.root }
+
+    /// Runs a bash script in a private mount namespace, so that the helpers can stand in /sbin
+    /// (where mount(8) looks) without touching the machine's own /sbin.
+    static func inMountNamespace(_ m: MountedFS, _ script: String) throws -> (status: Int32, out: String) {
+        let path = m.root + "/script.sh"
+        try script.write(toFile: path, atomically: true, encoding: .utf8)
+        return try m.run("/usr/bin/unshare", ["--mount", "--propagation", "private", "/bin/bash", path])
+    }
+
+    /// Kills whatever stowfs still serves this test's cache folder (only after a failure).
+    static func killLeftovers(_ m: MountedFS) {
+        _ = try? m.run("/usr/bin/pkill", ["-KILL", "-f", "--", "--cache-dir \(m.cacheDirectory)"])
+    }
+
+    @Test("mount -t fuse.stowfs and an /etc/fstab line mount through the helper; umount unmounts and nothing is lost")
+    func mountHelperAndFstab() async throws {
+        let m = MountedFS()
+        defer {
+            Self.killLeftovers(m)
+            m.cleanup()
+        }
+        try m.startServer()
+        let sbin = m.root + "/sbin"
+        try FileManager.default.createDirectory(atPath: sbin, withIntermediateDirectories: true)
+        for helper in ["mount.fuse.stowfs", "umount.fuse.stowfs"] {
+            try FileManager.default.copyItem(atPath: Self.repoRoot + "/mount-helpers/" + helper, toPath: sbin + "/" + helper)
+        }
+        try MountedFS.token.write(toFile: m.root + "/token", atomically: true, encoding: .utf8)
+        let data = (0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 2_654_435_761 >> 7) }
+        _ = FileManager.default.createFile(atPath: m.root + "/work/src.bin", contents: Data(data))
+        let mnt = m.mountpoint
+        let options = "endpoint=\(m.endpoint),token_file=\(m.root)/token,cache_dir=\(m.cacheDirectory),log_level=warning"
+        let (status, out) = try Self.inMountNamespace(
+            m,
+            """
+            set -euxo pipefail
+            mount --bind \(sbin) /sbin
+            mount -t tmpfs none /run/mount 2>/dev/null || { mkdir -p /run/mount && mount -t tmpfs none /run/mount; }
+            trap 'umount -l \(mnt) 2>/dev/null || true' EXIT
+            export STOWFS=\(MountedFS.binDirectory)/stowfs
+            mount -t fuse.stowfs demo \(mnt) -o \(options),cache_size=64M,create
+            grep -q " \(mnt) fuse.stowfs " /proc/mounts
+            cp \(m.root)/work/src.bin \(mnt)/a.bin
+            setfattr -n user.tags -v 'x,y' \(mnt)/a.bin
+            umount \(mnt)
+            ! grep -q " \(mnt) " /proc/mounts
+            # umount(2) took the mount; the daemon stores what is queued, then exits.
+            for i in $(seq 1 600); do pgrep -f -- "--cache-dir \(m.cacheDirectory)" >/dev/null || break; sleep 0.1; done
+            ! pgrep -f -- "--cache-dir \(m.cacheDirectory)"
+            echo "demo \(mnt) fuse.stowfs _netdev,nofail,x-systemd.automount,\(options) 0 0" > \(m.root)/fstab
+            mount -T \(m.root)/fstab \(mnt)
+            cmp \(m.root)/work/src.bin \(mnt)/a.bin
+            echo "tags=$(getfattr --only-values -n user.tags \(mnt)/a.bin)"
+            cp \(m.root)/work/src.bin \(mnt)/b.bin
+            # This mount has userspace options (utab), so umount(8) runs umount.fuse.stowfs: it returns once b.bin is stored.
+            umount \(mnt)
+            ! grep -q " \(mnt) " /proc/mounts
+            """)
+        #expect(status == 0, "\(out)\n\(m.logText)")
+        #expect(out.contains("tags=x,y"), "\(out)")
+        #expect(out.contains("everything is stored"), "umount went through the helper: \(out)")
+        try await m.withClient { c in
+            let ns = try Namespace("demo")
+            let a = try await c.record(ns, try StoragePath("a.bin"))
+            #expect(a.sha256 == sha256(data))
+            #expect(a.tags == ["x", "y"])
+            #expect(try await c.record(ns, try StoragePath("b.bin")).sha256 == sha256(data))
+        }
+    }
+
+    @Test("make install-files honours PREFIX and DESTDIR; the helper maps fstab options to flags; the systemd units verify")
+    func install() throws {
+        let m = MountedFS()
+        defer { m.cleanup() }
+        let prefix = m.root + "/prefix"
+        let make = try m.run(
+            "/usr/bin/make",
+            ["-s", "-C", Self.repoRoot, "install-files", "PREFIX=\(prefix)", "SBINDIR=\(prefix)/sbin", "BUILD_DIR=\(MountedFS.binDirectory)"])
+        try #require(make.status == 0, "\(make.out)")
+        for (file, executable) in [
+            ("bin/stowd", true), ("bin/stowfs", true), ("sbin/mount.fuse.stowfs", true), ("sbin/umount.fuse.stowfs", true),
+            ("lib/systemd/system/stowd.service", false), ("lib/systemd/system/stowfs@.service", false), ("share/doc/stowfs/README.md", false),
+        ] {
+            #expect(FileManager.default.fileExists(atPath: prefix + "/" + file), "\(file)")
+            #expect(FileManager.default.isExecutableFile(atPath: prefix + "/" + file) == executable, "\(file)")
+        }
+        let helper = try String(contentsOfFile: prefix + "/sbin/mount.fuse.stowfs", encoding: .utf8)
+        #expect(helper.contains("\(prefix)/bin/stowfs") && !helper.contains("@BINDIR@"))
+
+        // What the helper makes of an fstab line's options (-f: say it, do not mount).
+        let fake = try m.run(
+            prefix + "/sbin/mount.fuse.stowfs",
+            ["photos", "/mnt/photos", "-o", "rw,_netdev,nofail,x-systemd.automount,endpoint=http://h:8420,token_file=/etc/t,cache_size=2G,allow_other,ro", "-f"])
+        #expect(fake.status == 0)
+        #expect(
+            fake.out.trimmingCharacters(in: .whitespacesAndNewlines)
+                == "\(prefix)/bin/stowfs mount photos /mnt/photos --endpoint http://h:8420 --token-file /etc/t --cache-size 2G -o allow_other,ro")
+        let missingValue = try m.run(prefix + "/sbin/mount.fuse.stowfs", ["photos", "/mnt/photos", "-o", "endpoint", "-f"])
+        #expect(missingValue.status != 0 && missingValue.out.contains("needs a value"))
+
+        // systemd reads both units (an instance of the template) and finds their programs.
+        let units = prefix + "/lib/systemd/system"
+        try FileManager.default.copyItem(atPath: units + "/stowfs@.service", toPath: units + "/stowfs@photos.service")
+        let verify = try m.run("/usr/bin/systemd-analyze", ["verify", units + "/stowd.service", units + "/stowfs@photos.service"])
+        #expect(verify.status == 0, "\(verify.out)")
+
+        // DESTDIR stages the same tree elsewhere; paths inside name the final places.
+        let dest = m.root + "/dest"
+        let staged = try m.run("/usr/bin/make", ["-s", "-C", Self.repoRoot, "install-files", "DESTDIR=\(dest)", "PREFIX=/usr", "BUILD_DIR=\(MountedFS.binDirectory)"])
+        #expect(staged.status == 0, "\(staged.out)")
+        #expect(FileManager.default.isExecutableFile(atPath: dest + "/usr/bin/stowfs"))
+        #expect(FileManager.default.isExecutableFile(atPath: dest + "/sbin/mount.fuse.stowfs"))
+        #expect(try String(contentsOfFile: dest + "/usr/lib/systemd/system/stowfs@.service", encoding: .utf8).contains("ExecStart=/usr/bin/stowfs mount"))
+    }
+
+    @Test("the errors of a first mount name the problem and the fix, exit non-zero and change nothing")
+    func firstMountErrors() async throws {
+        let m = MountedFS()
+        defer { m.cleanup() }
+        try m.startServer()
+        try await m.withClient { c in _ = try await c.createNamespace(try Namespace("there")) }
+        let stowfs = MountedFS.binDirectory + "/stowfs"
+        let mnt = m.mountpoint
+        func mount(_ args: [String], env: [String: String] = [:], daemon: Bool = false) throws -> (status: Int32, out: String) {
+            let prefix = env.map { "\($0.key)='\($0.value)'" }.joined(separator: " ")
+            let line = "\(prefix) \(stowfs) mount " + args.map { "'\($0)'" }.joined(separator: " ") + (daemon ? "" : " --foreground")
+            return try m.run("/bin/bash", ["-c", line + " 2>&1"])
+        }
+        let server = ["--endpoint", m.endpoint]
+        let cases: [(String, () throws -> (status: Int32, out: String), [String])] = [
+            ("mountpoint missing", { try mount(["there", m.root + "/nope"] + server, daemon: true) }, ["does not exist", "mkdir -p"]),
+            (
+                "mountpoint not empty",
+                {
+                    try "x".write(toFile: m.root + "/work/file", atomically: true, encoding: .utf8)
+                    return try mount(["there", m.root + "/work"] + server)
+                }, ["not empty", "nonempty"]
+            ),
+            ("server unreachable", { try mount(["there", mnt, "--endpoint", "http://127.0.0.1:1"]) }, ["cannot reach the server", "connection refused"]),
+            ("token rejected", { try mount(["there", mnt] + server, env: ["STOWFS_TOKEN": "wrong"]) }, ["rejected the token", "STOWFS_TOKEN"]),
+            ("no token", { try mount(["there", mnt] + server, env: ["STOWFS_TOKEN": ""]) }, ["no token", "--token-file"]),
+            ("token file missing", { try mount(["there", mnt, "--token-file", m.root + "/none"] + server) }, ["token file", "does not exist"]),
+            ("namespace missing", { try mount(["missing", mnt] + server) }, ["`missing` does not exist", "--create", "there"]),
+            ("cache folder not writable", { try mount(["there", mnt, "--cache-dir", "/proc/1/stowfs-cache"] + server) }, ["cache folder", "--cache-dir"]),
+            ("bad config file", { try mount(["there", mnt] + server, env: ["STOWFS_CONFIG": m.root + "/none.toml"]) }, ["config file", "does not exist"]),
+            (
+                "/dev/fuse missing",
+                { try m.run("/usr/bin/unshare", ["--mount", "/bin/bash", "-c", "mount -t tmpfs none /dev && \(stowfs) mount there \(mnt) --endpoint \(m.endpoint) --foreground 2>&1"]) },
+                ["/dev/fuse is missing", "modprobe fuse"]
+            ),
+            (
+                "fuse3 not installed",
+                {
+                    // A private /dev/fuse anyone may open, and no fusermount3: what a non-root user meets without fuse3.
+                    try m.run(
+                        "/usr/bin/unshare",
+                        [
+                            "--mount", "/bin/bash", "-c",
+                            "mount --bind /dev/null /usr/bin/fusermount3 && mount -t tmpfs none /dev && mknod -m 666 /dev/fuse c 10 229 && "
+                                + "setpriv --reuid=65534 --regid=65534 --clear-groups \(stowfs) mount there \(mnt) --endpoint \(m.endpoint) --foreground 2>&1",
+                        ])
+                }, ["fuse3 is not installed", "apt-get install -y fuse3"]
+            ),
+            (
+                "/dev/fuse not usable by this user",
+                {
+                    try m.run(
+                        "/usr/bin/unshare",
+                        [
+                            "--mount", "/bin/bash", "-c",
+                            "mount -t tmpfs none /dev && mknod -m 600 /dev/fuse c 10 229 && "
+                                + "setpriv --reuid=65534 --regid=65534 --clear-groups \(stowfs) mount there \(mnt) --endpoint \(m.endpoint) --foreground 2>&1",
+                        ])
+                }, ["/dev/fuse is not usable by this user", "run as root"]
+            ),
+        ]
+        for (name, run, words) in cases {
+            let started = Date()
+            let (status, out) = try run()
+            print("\(name): \(String(format: "%.1f", Date().timeIntervalSince(started))) s")
+            #expect(status != 0, "\(name): exit status \(status)\n\(out)")
+            #expect(out.contains("→"), "\(name): no fix given:\n\(out)")
+            for w in words { #expect(out.contains(w), "\(name): `\(w)` not in:\n\(out)") }
+            #expect(!MountedFS.isMounted(mnt), "\(name): something was mounted")
+        }
+        let names = try await m.withClient { c in try await c.namespaces().map(\.name) }
+        #expect(names == ["there"], "no namespace was created")
+    }
+}
