@@ -14,7 +14,7 @@ public final class EmbeddedServer {
 
     public static func defaultDataDirectory() -> String {
         let env = ProcessInfo.processInfo.environment
-        let base = env["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? (NSHomeDirectory() + "/.local/share")
+        let base = env["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? (userHomeDirectory(env) + "/.local/share")
         return base + "/stowfs/stowd"
     }
 

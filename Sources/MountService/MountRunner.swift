@@ -14,7 +14,7 @@ public enum MountRunner {
     /// The root of stowfs's caches: `$XDG_CACHE_HOME/stowfs` or `~/.cache/stowfs`.
     public static func cacheRoot() -> String {
         let env = ProcessInfo.processInfo.environment
-        let base = env["XDG_CACHE_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? (NSHomeDirectory() + "/.cache")
+        let base = env["XDG_CACHE_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? (userHomeDirectory(env) + "/.cache")
         return base + "/stowfs"
     }
 

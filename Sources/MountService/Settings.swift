@@ -5,6 +5,11 @@ public import StorageProtocol
 import Glibc
 #endif
 
+/// The user's home: `$HOME` as the shell has it, else the password database's.
+func userHomeDirectory(_ environment: [String: String]) -> String {
+    environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
+}
+
 /// A setting of `stowfs mount` that a flag or a config file can give.
 public enum SettingKey: String, CaseIterable, Sendable {
     case endpoint
@@ -83,7 +88,7 @@ public struct ResolvedSettings: Sendable {
     public var tokenFromEnvironment: String?
 
     public static func userConfigPath(environment: [String: String]) -> String {
-        let base = environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? (NSHomeDirectory() + "/.config")
+        let base = environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? (userHomeDirectory(environment) + "/.config")
         return base + "/stowfs/config.toml"
     }
 

@@ -39,7 +39,13 @@ public final class StowdChild {
 
     /// The stowd beside the running executable (`…/bin/stowd` next to `…/bin/stowfs`).
     public static func siblingBinary() -> String {
-        URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent().path + "/stowd"
+        URL(fileURLWithPath: currentExecutable()).deletingLastPathComponent().path + "/stowd"
+    }
+
+    /// This program's own file, however it was started (by PATH, a relative path or a symlink).
+    public static func currentExecutable() -> String {
+        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+            ?? URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().path
     }
 
     public var pid: Int32 { process.processIdentifier }

@@ -84,6 +84,8 @@ enum StatusText {
             lines.append(l)
         }
         if q.items.count > 20 { lines.append("  … and \(q.items.count - 20) more") }
+        let log = MountRunner.logFile(mountpoint: mountpoint)
+        if FileManager.default.fileExists(atPath: log) { lines.append("  log:     \(log)") }
         return lines.joined(separator: "\n")
     }
 }

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import MountService
+import StorageClient
 import StorageProtocol
 import StowFS
 #if canImport(Glibc)
@@ -124,7 +125,7 @@ enum Daemon {
         log.seekToEndOfFile()
         let start = log.offsetInFile
         let p = Process()
-        p.executableURL = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        p.executableURL = URL(fileURLWithPath: StowdChild.currentExecutable())
         p.arguments = Array(CommandLine.arguments.dropFirst()) + ["--foreground", "--daemon-child"]
         p.standardInput = FileHandle.nullDevice
         p.standardOutput = log
