@@ -15,7 +15,7 @@ DOCDIR ?= $(PREFIX)/share/doc/stowfs
 BUILD_DIR ?= .build/release
 MNT ?= $(CURDIR)/mnt
 
-.PHONY: all deps build release test run stop install install-files bench bench-server clean
+.PHONY: all deps build release test run stop install install-files bench bench-smoke bench-server clean
 
 all: build
 
@@ -37,6 +37,17 @@ run: release
 
 stop:
 	@.build/release/stowfs unmount "$(MNT)"
+
+# StowFS beside local disk, FUSE passthrough and rclone mount: W1-W7 of issue 5, three runs, medians.
+# Writes bench/results/latest.md and .json. Needs root. RUNS=, SIZE= to change.
+bench: release
+	@scripts/install-deps.sh bench
+	python3 bench/fsbench.py --runs $${RUNS:-3} --size $${SIZE:-1G}
+
+# One small run (a few MiB) with the debug build: keeps the benchmark working (CI runs it).
+bench-smoke: build
+	@scripts/install-deps.sh bench
+	python3 bench/fsbench.py --smoke --bin .build/debug
 
 # PUT/GET of a 1 GiB file and small-file completes through stowd, against plain copies on the same disk.
 bench-server: release

@@ -3,7 +3,9 @@
 # As root it runs apt-get; otherwise it prints the command to run and fails.
 set -euo pipefail
 
-packages=(libfuse3-dev fuse3 libsqlite3-dev pkg-config attr rsync curl)
+# `install-deps.sh bench` adds what make bench compares against and measures with.
+packages=(libfuse3-dev fuse3 libsqlite3-dev pkg-config attr rsync curl systemd)
+if [ "${1:-}" = "bench" ]; then packages=(libfuse3-dev fuse3 pkg-config gcc python3 rclone fio); fi
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -341,7 +341,7 @@ public actor UploadQueue {
                 r.tags = tags
                 r.contentType = contentType
                 r.patch = nil
-                try journal.update(r)
+                // Not written to the journal: after a crash the same merge is made again from the journal's copy.
                 records[id] = r
                 starting.insert(id)
                 let session: StartUploadResponse
@@ -359,7 +359,9 @@ public actor UploadQueue {
                     return nil
                 }
                 current.session = session
-                try journal.update(current)
+                // The session is kept across a crash only where resuming pays: a file sent in several chunks.
+                // A small file's orphaned session is collected by the server; the next mount starts it again.
+                if current.size > chunkSize { try journal.update(current) }
                 records[id] = current
                 r = current
                 known = 0
