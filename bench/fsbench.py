@@ -241,9 +241,14 @@ class Rclone(System):
         shutil.rmtree(self.cache, ignore_errors=True)
 
     def durable(self, expected_dir, source_dir):
-        want = tree_stats(source_dir)
         target = os.path.join(self.served, expected_dir)
-        wait_until(lambda: tree_stats(target) == want, 3600, f"rclone to upload {expected_dir}")
+        if os.path.isfile(source_dir):
+            want = os.path.getsize(source_dir)
+            done = lambda: os.path.isfile(target) and os.path.getsize(target) == want
+        else:
+            want = tree_stats(source_dir)
+            done = lambda: tree_stats(target) == want
+        wait_until(done, 3600, f"rclone to upload {expected_dir}")
 
     def version(self):
         return run(["rclone", "version"]).stdout.splitlines()[0]

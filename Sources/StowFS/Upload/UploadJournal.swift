@@ -97,6 +97,29 @@ public final class UploadJournal: Sendable {
         }
     }
 
+    /// A held record becomes a queued one with a new id (the end of the line), in one transaction:
+    /// one commit where an insert, an update and a delete took three.
+    public func requeue(
+        _ heldID: Int64, location: Location, cacheFile: String, size: Int64, params: UploadParams, contentType: String?, tags: [String]?,
+        patch: FilePatch?
+    ) throws -> Int64 {
+        guard let ns = location.namespace else { throw FSError.notPermitted }
+        return try db.write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO uploads(namespace, path, cache_file, size, params, content_type, tags, patch, state, created)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                arguments: [
+                    ns.name, location.path.string, cacheFile, size, Self.json(params), contentType, Self.json(tags), Self.json(patch),
+                    Record.State.queued.rawValue, Int64(Date().timeIntervalSince1970 * 1000),
+                ])
+            let id = db.lastInsertedRowID
+            try db.execute(sql: "DELETE FROM uploads WHERE id = ?", arguments: [heldID])
+            return id
+        }
+    }
+
     public func all() throws -> [Record] {
         try db.read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM uploads ORDER BY id").compactMap { row in

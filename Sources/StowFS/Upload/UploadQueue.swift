@@ -132,14 +132,15 @@ public actor UploadQueue {
         guard let held = records[id] else {
             throw FSError.io("the journal lost record \(id)")
         }
-        let newID = try enqueue(location: held.location, cacheFile: cacheFile, size: size, params: params, contentType: held.contentType, tags: held.tags)
-        if let patch = held.patch, var r = records[newID] {
-            r.patch = patch
-            try journal.update(r)
-            records[newID] = r
-        }
+        let newID = try journal.requeue(
+            id, location: held.location, cacheFile: cacheFile, size: size, params: params, contentType: held.contentType, tags: held.tags,
+            patch: held.patch)
+        records[newID] = UploadJournal.Record(
+            id: newID, location: held.location, cacheFile: cacheFile, size: size, params: params, contentType: held.contentType, tags: held.tags,
+            patch: held.patch, session: nil, state: .queued, attempts: 0, lastError: nil, nextAttempt: 0,
+            created: Int64(Date().timeIntervalSince1970 * 1000))
         records[id] = nil
-        try? journal.delete(id)
+        wake.signal()
         notifyWaiters()
         return newID
     }
