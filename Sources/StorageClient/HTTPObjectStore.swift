@@ -334,7 +334,6 @@ public final class HTTPObjectStore: ObjectStore {
         return ReadResult(bytes: bytes, etag: etag, totalSize: total)
     }
 
-    /// Streams a whole file by signed URL into a local file, with progress.
     /// A transport failure in a few words a user can act on.
     static func transportProblem(_ error: any Error) -> String {
         let text = String(describing: error)
@@ -346,6 +345,7 @@ public final class HTTPObjectStore: ObjectStore {
         return text
     }
 
+    /// Streams a whole file by signed URL into a local file, with progress.
     public func download(url: String, to path: String, progress: ProgressHandler? = nil) async throws -> Int64 {
         let request = makeRequest(.GET, url, authorized: false)
         let response: HTTPClientResponse

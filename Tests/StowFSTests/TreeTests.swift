@@ -161,6 +161,39 @@ struct EngineTreeTests {
         }
     }
 
+    @Test("hard links: unlink or rename of one name acts on that name, on the server too; the other name keeps the content")
+    func hardLinks() async throws {
+        try await withEngine { h in
+            let root = try await h.resolve("")
+            let a = try await h.write("a", Array("shared".utf8))
+            await h.fs.sync()
+            let linked = try await h.fs.link(a, newParent: root, newName: "b")
+            #expect(linked.attributes.nlink == 2)
+            // The inode's first name goes; the second keeps it.
+            try await h.unlink("a")
+            #expect(try await h.text("b") == "shared")
+            await expectFS(.notFound) { _ = try await h.resolve("a") }
+            await #expect(throws: StorageError.self) { try await h.storedRecord("a") }
+            #expect(try await h.storedRecord("b").nlink == 1)
+
+            // The second name goes; the first keeps it.
+            let c = try await h.write("c", Array("two".utf8))
+            await h.fs.sync()
+            _ = try await h.fs.link(c, newParent: root, newName: "d")
+            try await h.unlink("d")
+            #expect(try await h.text("c") == "two")
+            #expect(try await h.storedRecord("c").nlink == 1)
+            await #expect(throws: StorageError.self) { try await h.storedRecord("d") }
+
+            // A rename moves the name it is given.
+            _ = try await h.fs.link(c, newParent: root, newName: "e")
+            try await h.rename("e", "f")
+            #expect(try await h.stored("c") == "two")
+            #expect(try await h.stored("f") == "two")
+            await #expect(throws: StorageError.self) { try await h.storedRecord("e") }
+        }
+    }
+
     @Test("names: 256 bytes is too long; the root of a namespace mount takes no namespaces")
     func names() async throws {
         try await withEngine { h in

@@ -75,8 +75,16 @@ extension StowFileSystem {
         if e.kind != .directory && e.attributes.nlink > 1 {
             e.attributes.nlink -= 1
             e.attributes.ctime = .now
-            // Its primary name is gone; another name will be found by the next lookup.
             e.validUntil = .now
+            if e.parent == parent && e.name == name {
+                // Its own name went: another name it has (known in a listed folder) becomes its path.
+                if let other = s.inodes.first(where: { $0.value.directory?.children.values.contains(ino) == true }),
+                    let otherName = other.value.directory?.children.first(where: { $0.value == ino })?.key
+                {
+                    e.parent = other.key
+                    e.name = otherName
+                }
+            }
             s.inodes[ino] = e
             return
         }
@@ -104,7 +112,8 @@ extension StowFileSystem {
         let (location, owed, isRemote, lastName) = try state.withLock { (s: inout State) throws(FSError) -> (Location, [Int64], Bool, Bool) in
             let e = try inode(s, ino)
             guard e.kind != .directory else { throw FSError.isADirectory }
-            return (try self.location(s, ino), e.owedUploads + (e.local?.heldUpload.map { [$0] } ?? []), e.remote != nil, e.attributes.nlink <= 1)
+            // The name being removed (a hard-linked inode has others; its own path is only one of them).
+            return (try child(try self.location(s, parent), name), e.owedUploads + (e.local?.heldUpload.map { [$0] } ?? []), e.remote != nil, e.attributes.nlink <= 1)
         }
         var stored = isRemote
         if lastName {
@@ -150,7 +159,7 @@ extension StowFileSystem {
         let (srcLoc, dstLoc, srcEntry, _) = try state.withLock { (s: inout State) throws(FSError) -> (Location, Location, InodeEntry, InodeEntry?) in
             let se = try inode(s, src)
             let de = dst.flatMap { s.inodes[$0] }
-            let from = try self.location(s, src)
+            let from = try child(try self.location(s, parent), name)
             let to = try child(try self.location(s, newParent), newName)
             guard from.namespace != nil, to.namespace != nil, !from.path.isRoot, !to.path.isRoot else { throw FSError.notPermitted }
             guard from.namespace == to.namespace else { throw FSError.crossDevice }
