@@ -72,6 +72,9 @@ struct WriteTests {
             _ = try await h.fs.setattr(u, AttributeChanges(size: 2), handle: nil)
             await h.fs.sync()
             #expect(try await h.stored("u.txt") == "ab")
+            // Beyond the largest file: EFBIG, and nothing changes.
+            await expectFS(.fileTooLarge) { _ = try await h.fs.setattr(u, AttributeChanges(size: 999_999_999_999_999_999), handle: nil) }
+            #expect(try await h.text("u.txt") == "ab")
         }
     }
 

@@ -333,6 +333,7 @@ extension StowFileSystem {
 
     /// Writes bytes through the engine (tests and tools; FuseKit writes the file directly).
     public func write(_ ino: InodeNumber, handle: UInt64, offset: Int64, bytes: [UInt8]) throws(FSError) -> Int {
+        guard offset + Int64(bytes.count) <= Self.maxFileSize else { throw FSError.fileTooLarge }
         let file = try prepareWrite(ino, handle: handle)
         try file.write(bytes, at: offset)
         didWrite(ino, handle: handle, offset: offset, count: bytes.count)

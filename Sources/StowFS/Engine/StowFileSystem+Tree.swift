@@ -429,8 +429,12 @@ extension StowFileSystem {
         return amended
     }
 
+    /// The largest file kept (16 TiB, ext4's limit): a larger size or write is EFBIG.
+    public static let maxFileSize: Int64 = 1 << 44
+
     func truncate(_ ino: InodeNumber, to size: Int64) async throws(FSError) {
         guard size >= 0 else { throw FSError.invalidArgument }
+        guard size <= Self.maxFileSize else { throw FSError.fileTooLarge }
         let remoteOnly = try state.withLock { (s: inout State) throws(FSError) -> Bool in
             var e = try inode(s, ino)
             guard e.kind == .file else { throw e.kind == .directory ? FSError.isADirectory : FSError.invalidArgument }

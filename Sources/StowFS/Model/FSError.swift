@@ -24,6 +24,8 @@ public enum FSError: Error, Sendable, Equatable, CustomStringConvertible {
     case badHandle
     case busy
     case interrupted
+    /// Beyond the largest file StowFS keeps (EFBIG).
+    case fileTooLarge
     /// The server could not be reached or kept failing (EIO). A write is never dropped for it.
     case io(String)
 
@@ -38,6 +40,7 @@ public enum FSError: Error, Sendable, Equatable, CustomStringConvertible {
         case .notPermitted: "operation not permitted"
         case .nameTooLong: "name too long"
         case .invalidArgument: "invalid argument"
+        case .fileTooLarge: "file too large"
         case .noSpace: "no space left"
         case .quotaExceeded: "quota exceeded"
         case .readOnly: "read-only mount"
