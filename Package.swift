@@ -135,7 +135,7 @@ let package = Package(
         .testTarget(
             name: "MountTests",
             dependencies: [
-                "MountService", "StorageClient", "StorageProtocol",
+                "MountService", "StorageClient", "StorageProtocol", "CStowSystem",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],

@@ -56,7 +56,7 @@ final class MountedFS: @unchecked Sendable {
     func mountFS(extra: [String] = []) throws {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: Self.binDirectory + "/stowfs")
-        p.arguments = ["mount", "test", mountpoint, "--endpoint", endpoint, "--cache-dir", cacheDirectory, "--create", "--foreground", "--log-level", "warning"] + extra
+        p.arguments = ["mount", "test", mountpoint, "--endpoint", endpoint, "--cache-dir", cacheDirectory, "--create", "--foreground", "--log-level", ProcessInfo.processInfo.environment["STOWFS_TEST_LOG_LEVEL"] ?? "warning"] + extra
         var env = ProcessInfo.processInfo.environment
         env["STOWFS_TOKEN"] = Self.token
         p.environment = env

@@ -2,6 +2,7 @@
 #define CSTOWSYSTEM_H
 
 #include <sys/types.h>
+#include <sys/xattr.h>  /* setxattr, getxattr, listxattr: not in Swift's Glibc module */
 
 // Linux calls that Swift's Glibc module does not export (they need _GNU_SOURCE).
 // Each returns what the call returns (-1 and errno on failure).

@@ -91,6 +91,7 @@ extension StowFileSystem {
         // A huge folder: ask for this one name.
         guard let ns = location.namespace, !location.path.isRoot else { throw FSError.notFound }
         let record: FileRecord
+        let asked = ContinuousClock.now
         do {
             record = try await store.record(ns, location.path)
         } catch let e as StorageError where e.kind == .notFound {
@@ -100,7 +101,7 @@ extension StowFileSystem {
             throw FSError.from(error)
         }
         return state.withLock { s in
-            let ino = upsert(&s, record, parent: parent, name: name)
+            let ino = upsert(&s, record, parent: parent, name: name, observedAt: asked)
             if retain { s.inodes[ino]?.lookups += 1 }
             return entry(s.inodes[ino]!)
         }
@@ -213,6 +214,7 @@ extension StowFileSystem {
             }
         }
         let record: FileRecord
+        let asked = ContinuousClock.now
         do throws(FSError) {
             record = try await remote { try await store.record(ns, location.path) }
         } catch {
@@ -222,7 +224,7 @@ extension StowFileSystem {
         }
         return try state.withLock { (s: inout State) throws(FSError) -> FileAttributes in
             let e = try inode(s, ino)
-            let updated = upsert(&s, record, parent: e.parent, name: e.name)
+            let updated = upsert(&s, record, parent: e.parent, name: e.name, observedAt: asked)
             return try inode(s, updated).attributes
         }
     }
@@ -315,7 +317,7 @@ extension StowFileSystem {
             } while after != nil && (cap == nil || records.count < cap!)
             complete = after == nil
             state.withLock { s in
-                for r in records { names[r.fileName] = upsert(&s, r, parent: ino, name: r.fileName) }
+                for r in records { names[r.fileName] = upsert(&s, r, parent: ino, name: r.fileName, observedAt: started) }
             }
         }
         state.withLock { s in

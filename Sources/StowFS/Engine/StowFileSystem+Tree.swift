@@ -398,6 +398,7 @@ extension StowFileSystem {
             if let a = patch.atimeNs { e.attributes.atime = TimeSpec(nanoseconds: a) }
             if let m = patch.mtimeNs { e.attributes.mtime = TimeSpec(nanoseconds: m) }
             e.attributes.ctime = now
+            e.changedAt = .now
             s.inodes[ino] = e
             return (e.owedUploads + (e.local?.heldUpload.map { [$0] } ?? []), try self.location(s, ino), e.hasLocalState)
         }

@@ -118,6 +118,7 @@ extension StowFileSystem {
             for (k, v) in patch.metadataSet ?? [:] { e.meta.metadata[k] = v }
             for k in patch.metadataRemove ?? [] { e.meta.metadata[k] = nil }
             e.attributes.ctime = .now
+            e.changedAt = .now
             s.inodes[ino] = e
             return (e.owedUploads + (e.local?.heldUpload.map { [$0] } ?? []), try self.location(s, ino), e.hasLocalState)
         }

@@ -268,8 +268,19 @@ public final class StowFileSystem: Sendable {
 
     /// Records what the server said of `name` in `parent`; returns the inode.
     @discardableResult
-    func upsert(_ s: inout State, _ r: FileRecord, parent: InodeNumber, name: String) -> InodeNumber {
+    /// - Parameter observedAt: when the request that brought `r` was sent. A record observed before
+    ///   this mount last changed the inode is older than what the mount shows: only its identity is taken.
+    func upsert(_ s: inout State, _ r: FileRecord, parent: InodeNumber, name: String, observedAt: ContinuousClock.Instant? = nil) -> InodeNumber {
         let validUntil = ContinuousClock.now + configuration.attributeTTL
+        if let ino = s.byRemote[r.inode], var e = s.inodes[ino], e.kind == r.kind,
+            let observedAt, let changed = e.changedAt, changed >= observedAt
+        {
+            e.remote = RemoteInfo(ino: r.inode, etag: e.remote?.etag ?? r.etag, id: r.id)
+            s.inodes[ino] = e
+            s.inodes[parent]?.directory?.children[name] = ino
+            s.inodes[parent]?.directory?.negative[name] = nil
+            return ino
+        }
         if let ino = s.byRemote[r.inode], var e = s.inodes[ino], e.kind == r.kind {
             if e.local == nil && e.upload == nil {
                 e.attributes = attributes(r, ino: ino)

@@ -374,8 +374,10 @@ public actor UploadQueue {
                 options: UploadOptions(chunkSize: chunkSize, retry: RetryPolicy(attempts: 3, baseDelay: .milliseconds(300))),
                 progress: { sent, _ in board.set(id, sent) },
                 willComplete: { await self.markCompleting(id) })
-            if let patch = records[id]?.patch {
-                stored = try await store.update(ns, r.location.path, patch, ifMatch: nil)
+            // Changes made while the upload ran; one that arrives during this update is applied in the next round.
+            while let patch = records[id]?.patch {
+                stored = try await store.update(ns, (records[id]?.location ?? r.location).path, patch, ifMatch: nil)
+                if records[id]?.patch == patch { records[id]?.patch = nil }
             }
             await finish(id, stored)
             return stored
