@@ -237,7 +237,9 @@ public actor UploadQueue {
 
     /// Waits until every record with an id up to `id` is stored (or cancelled).
     public func waitUntilDone(upTo id: Int64) async {
-        await waitUntilDone(Set(records.keys.filter { $0 <= id }))
+        // Held records belong to files still open for writing: `sync` sends their current content as
+        // a copy (a newer record), so it does not wait for them to be closed.
+        await waitUntilDone(Set(records.values.filter { $0.id <= id && $0.state != .held }.map(\.id)))
     }
 
     /// Waits until these records are stored (or cancelled).
