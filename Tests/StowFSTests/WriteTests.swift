@@ -57,6 +57,21 @@ struct WriteTests {
         }
     }
 
+    @Test("a sync between close's flush and its release leaves no record waiting for a release that came already")
+    func syncBetweenFlushAndRelease() async throws {
+        try await withEngine { h in
+            let (entry, opened) = try await h.fs.create(parent: .root, name: "f.bin", mode: 0o600, caller: .root)
+            _ = try h.fs.write(entry.ino, handle: opened.handle, offset: 0, bytes: Array("closed".utf8))
+            try await h.fs.flush(entry.ino, handle: opened.handle)  // close(2) returns here
+            await h.fs.sync()  // `stowfs sync` before the kernel's release arrives
+            await h.fs.release(entry.ino, handle: opened.handle)
+            await h.fs.sync()
+            #expect(try await h.stored("f.bin") == "closed")
+            let queue = await h.fs.status().queue
+            #expect(queue.files == 0, "left in the queue: \(queue.items.map { "\($0.path) \($0.state)" })")
+        }
+    }
+
     @Test("truncate: a stored file is cut on the server; a local one locally")
     func truncate() async throws {
         try await withEngine { h in

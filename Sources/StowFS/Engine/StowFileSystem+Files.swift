@@ -389,6 +389,18 @@ extension StowFileSystem {
     }
 
     private func submitLocked(_ ino: InodeNumber, onlyIfClosed: Bool) async -> Int64? {
+        // A held record (made by close's flush) whose content a later copy already carries — a sync
+        // came between the flush and this release — is not needed any more.
+        let redundant: Int64? = state.withLock { s in
+            guard onlyIfClosed, var e = s.inodes[ino], var local = e.local, let held = local.heldUpload, !local.dirty, local.writers == 0 else {
+                return nil
+            }
+            local.heldUpload = nil
+            e.local = local
+            s.inodes[ino] = e
+            return held
+        }
+        if let redundant { _ = await cancelUpload(redundant, ino: ino) }
         let plan = try? state.withLock { (s: inout State) throws(FSError) -> (CacheFile, Int64, Int64?, Location, UploadParams, String?, [String]?, [Int64])? in
             guard var e = s.inodes[ino], var local = e.local, local.dirty, !e.unlinked else { return nil }
             if local.writers > 0 && onlyIfClosed { return nil }
