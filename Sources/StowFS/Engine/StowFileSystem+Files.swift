@@ -421,6 +421,9 @@ extension StowFileSystem {
             let superseded = e.upload.map { [$0] } ?? []
             if let u = e.upload { e.olderUploads.insert(u) }
             e.upload = nil
+            // Until the new upload has its id, an older one landing must not take the local copy away.
+            e.submitting += 1
+            e.changedAt = .now
             s.inodes[ino] = e
             return (snapshot, local.size, held, location, params, ct, tags, superseded)
         }
@@ -436,10 +439,14 @@ extension StowFileSystem {
             }
         } catch {
             logger.error("cannot record the upload of \(location): \(error)")
-            state.withLock { s in s.inodes[ino]?.local?.dirty = true }
+            state.withLock { s in
+                s.inodes[ino]?.local?.dirty = true
+                s.inodes[ino]?.submitting -= 1
+            }
             return nil
         }
         state.withLock { s in
+            s.inodes[ino]?.submitting -= 1
             s.inodes[ino]?.upload = id
             s.inodes[ino]?.olderUploads.remove(id)
             s.uploadOwner[id] = ino

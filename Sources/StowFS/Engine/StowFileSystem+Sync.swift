@@ -23,7 +23,7 @@ extension StowFileSystem {
             e.remote = RemoteInfo(ino: f.record.inode, etag: f.record.etag, id: f.record.id)
             e.changedAt = .now
             s.byRemote[f.record.inode] = ino
-            if let local = e.local, !local.dirty, local.writers == 0, e.upload == nil, e.olderUploads.isEmpty, local.heldUpload == nil {
+            if let local = e.local, !local.dirty, local.writers == 0, e.upload == nil, e.olderUploads.isEmpty, local.heldUpload == nil, e.submitting == 0 {
                 // The server has exactly what we have: the page cache (and the block cache) take it from here.
                 e.local = nil
                 e.pageCacheETag = f.record.etag

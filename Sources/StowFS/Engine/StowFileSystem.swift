@@ -101,9 +101,11 @@ public final class StowFileSystem: Sendable {
         var pageCacheETag: String?
         /// When this mount last changed the name or content (a listing older than that does not know it).
         var changedAt: ContinuousClock.Instant?
+        /// Snapshots on their way into the queue (their upload id not known yet).
+        var submitting = 0
 
         var kind: NodeKind { attributes.kind }
-        var hasLocalState: Bool { local != nil || upload != nil || !olderUploads.isEmpty }
+        var hasLocalState: Bool { local != nil || upload != nil || !olderUploads.isEmpty || submitting > 0 }
         var owedUploads: [Int64] { (upload.map { [$0] } ?? []) + olderUploads.sorted() }
     }
 

@@ -33,6 +33,10 @@ public actor UploadQueue {
     let chunkSize: Int64
     let logger: Logger
     private var records: [Int64: UploadJournal.Record] = [:]
+    /// Uploads stored lately, by id: a cancel or retarget that arrives after the upload landed (the
+    /// caller's list of owed ids was taken a moment before) learns that it did.
+    private var storedLately: [Int64: FileRecord] = [:]
+    private var storedLatelyOrder: [Int64] = []
     private var running: [Int64: Task<FileRecord?, Never>] = [:]
     private var cancelling: Set<Int64> = []
     /// Records whose start request is on its way (their parameters are fixed).
@@ -187,7 +191,7 @@ public actor UploadQueue {
             wake.signal()
         }
         if let stored = await interrupt(id) { return .alreadyStored(stored) }
-        guard let r = records.removeValue(forKey: id) else { return .cancelled }
+        guard let r = records.removeValue(forKey: id) else { return storedLately[id].map { .alreadyStored($0) } ?? .cancelled }
         try? journal.delete(id)
         abandon(r.session)
         notifyWaiters()
@@ -205,7 +209,7 @@ public actor UploadQueue {
             wake.signal()
         }
         if let stored = await interrupt(id) { return .alreadyStored(stored) }
-        guard var r = records[id] else { return .cancelled }
+        guard var r = records[id] else { return storedLately[id].map { .alreadyStored($0) } ?? .cancelled }
         abandon(r.session)
         r.session = nil
         r.location = location
@@ -393,6 +397,9 @@ public actor UploadQueue {
     private func finish(_ id: Int64, _ stored: FileRecord) async {
         guard let r = records.removeValue(forKey: id) else { return }
         try? journal.delete(id)
+        storedLately[id] = stored
+        storedLatelyOrder.append(id)
+        if storedLatelyOrder.count > 4096 { storedLately[storedLatelyOrder.removeFirst()] = nil }
         uploadedFiles += 1
         uploadedBytes += r.size
         logger.debug("stored #\(id) \(r.location) (\(r.size) bytes)")
