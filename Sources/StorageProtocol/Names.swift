@@ -5,7 +5,8 @@
 ///
 /// - a namespace is `[a-z0-9][a-z0-9._-]{0,62}`;
 /// - a file path is `/`-separated segments, each 1–255 bytes of UTF-8, never `.` or `..`, no NUL,
-///   the whole path at most 1024 bytes.
+///   the whole path at most 16 KiB (PROTOCOL.md said 1024; a filesystem needs PATH_MAX, 4096 bytes,
+///   *below any folder*: see docs/architecture.md).
 
 /// Why a name was refused.
 public enum NameError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -87,7 +88,7 @@ public struct Namespace: Hashable, Sendable, Codable, CustomStringConvertible, C
 /// The root of a namespace is the path with no segments (`StoragePath.root`); its string form is `""`.
 public struct StoragePath: Hashable, Sendable, CustomStringConvertible, Comparable {
     public static let maxSegmentBytes = 255
-    public static let maxPathBytes = 1024
+    public static let maxPathBytes = 16 * 1024
 
     /// The segments, each a valid name.
     public let segments: [String]

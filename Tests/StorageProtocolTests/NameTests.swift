@@ -32,9 +32,10 @@ struct NameTests {
         #expect(throws: expected) { try StoragePath(raw) }
     }
 
-    @Test("a path over 1024 bytes is refused as too long")
-    func longPath() {
-        let raw = Array(repeating: String(repeating: "d", count: 200), count: 6).joined(separator: "/")
+    @Test("a path over 16 KiB is refused as too long; one of PATH_MAX below a folder is not")
+    func longPath() throws {
+        _ = try StoragePath("folder/" + Array(repeating: String(repeating: "d", count: 255), count: 16).joined(separator: "/"))
+        let raw = Array(repeating: String(repeating: "d", count: 200), count: 82).joined(separator: "/")
         #expect(throws: NameError.pathTooLong(bytes: raw.utf8.count)) { try StoragePath(raw) }
     }
 

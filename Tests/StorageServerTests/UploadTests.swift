@@ -24,6 +24,18 @@ struct UploadTests {
         }
     }
 
+    @Test("a path near the 16 KiB limit, with characters that need percent-encoding, uploads, lists and reads back")
+    func longPath() async throws {
+        try await withServer { s in
+            let segment = String(repeating: "ü %", count: 50)  // 200 bytes, most of them encoded in URLs
+            let long = Array(repeating: segment, count: 80).joined(separator: "/") + "/end.txt"
+            #expect(long.utf8.count > 16_000 && long.utf8.count <= 16 * 1024)
+            let record = try await s.admin.put(Array("deep".utf8), long)
+            #expect(record.filePath == long)
+            #expect(try await s.admin.get(long) == Array("deep".utf8))
+        }
+    }
+
     @Test("an empty file can be uploaded without sending any bytes")
     func emptyFile() async throws {
         try await withServer { s in
