@@ -18,11 +18,14 @@ public struct UploadParams: Codable, Sendable, Equatable {
     public var gid: UInt32?
     public var mtimeNs: Int64?
     public var atimeNs: Int64?
+    /// The file's ctime as the client last changed it; the server keeps it at complete (never later
+    /// than its own clock), so that an upload landing does not move ctime.
+    public var ctimeNs: Int64?
 
     public init(
         metadata: [String: String]? = nil, isPublic: Bool? = nil, ifMatch: String? = nil, ifNoneMatch: String? = nil,
         sha256: String? = nil, mode: UInt32? = nil, uid: UInt32? = nil, gid: UInt32? = nil, mtimeNs: Int64? = nil,
-        atimeNs: Int64? = nil
+        atimeNs: Int64? = nil, ctimeNs: Int64? = nil
     ) {
         self.metadata = metadata
         self.isPublic = isPublic
@@ -34,6 +37,7 @@ public struct UploadParams: Codable, Sendable, Equatable {
         self.gid = gid
         self.mtimeNs = mtimeNs
         self.atimeNs = atimeNs
+        self.ctimeNs = ctimeNs
     }
 
     enum CodingKeys: String, CodingKey {
@@ -43,6 +47,7 @@ public struct UploadParams: Codable, Sendable, Equatable {
         case ifNoneMatch = "if_none_match"
         case mtimeNs = "mtime_ns"
         case atimeNs = "atime_ns"
+        case ctimeNs = "ctime_ns"
     }
 }
 

@@ -66,6 +66,19 @@ struct WriteMountTests {
         }
     }
 
+    @Test("a file's ctime stays what it was here when its upload lands, and after a remount with an empty cache")
+    func ctimeKept() async throws {
+        try await withMount { m in
+            try m.sh("printf data > \(m.mountpoint)/c.txt")
+            let before = try m.sh("stat -c '%.9Z' \(m.mountpoint)/c.txt")
+            try m.stowfs(["sync", m.mountpoint])
+            try m.unmountFS()
+            try FileManager.default.removeItem(atPath: m.cacheDirectory)
+            try m.mountFS()
+            #expect(try m.sh("stat -c '%.9Z' \(m.mountpoint)/c.txt") == before)
+        }
+    }
+
     @Test("cp -a keeps modes and times across a remount")
     func cpPreserve() async throws {
         try await withMount { m in

@@ -496,7 +496,7 @@ public final class SQLiteMetadataStore: MetadataStore {
                     if let gid = p.gid { inode.gid = gid }
                     inode.mtimeNs = p.mtimeNs ?? now
                     if let a = p.atimeNs { inode.atimeNs = a }
-                    inode.ctimeNs = now
+                    inode.ctimeNs = min(p.ctimeNs ?? now, now)
                     try Self.updateContent(db, existing, inode)
                     if let old, old != blob.id { try Self.retire(db, blob: old, now: now, graceNs: grace) }
                     ino = existing
@@ -527,6 +527,7 @@ public final class SQLiteMetadataStore: MetadataStore {
         inode.isPublic = p.isPublic ?? false
         inode.mtimeNs = p.mtimeNs ?? now
         inode.atimeNs = p.atimeNs ?? now
+        inode.ctimeNs = min(p.ctimeNs ?? now, now)
         try updateContent(db, ino, inode)
         try insertEntry(db, parent: parent, name: u.path.name, ino: ino, now: now)
         return ino

@@ -364,7 +364,7 @@ public final class StowFileSystem: Sendable {
         let a = e.attributes
         let p = UploadParams(
             metadata: e.meta.metadata, isPublic: e.meta.isPublic, mode: a.mode, uid: a.uid, gid: a.gid, mtimeNs: a.mtime.nanoseconds,
-            atimeNs: a.atime.nanoseconds)
+            atimeNs: a.atime.nanoseconds, ctimeNs: a.ctime.nanoseconds)
         return (p, e.meta.contentType, e.meta.tags)
     }
 
