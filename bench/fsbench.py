@@ -101,6 +101,8 @@ class System:
 
     name = ""
     pid = None
+    server = None  # a serving process beside the mount, stopped with it
+    cache = None  # the mount's cache folder, emptied for cold runs
 
     def __init__(self, work):
         self.work = os.path.join(work, self.key)
@@ -117,6 +119,10 @@ class System:
 
     def stop(self):
         self.unmount()
+        if self.server:
+            self.server.terminate()
+            self.server.wait(timeout=30)
+            self.server = None
         shutil.rmtree(self.work, ignore_errors=True)
 
     def mount(self):
@@ -136,7 +142,8 @@ class System:
         self.mount()
 
     def clear_cache(self):
-        pass
+        if self.cache:
+            shutil.rmtree(self.cache, ignore_errors=True)
 
     def version(self):
         return ""
@@ -192,7 +199,6 @@ class Rclone(System):
         super().__init__(work)
         self.served = os.path.join(self.work, "served")
         self.cache = os.path.join(self.work, "cache")
-        self.server = None
         self.proc = None
 
     def start(self):
@@ -229,17 +235,6 @@ class Rclone(System):
                 self.proc.kill()
             self.proc = None
 
-    def stop(self):
-        self.unmount()
-        if self.server:
-            self.server.terminate()
-            self.server.wait(timeout=30)
-            self.server = None
-        shutil.rmtree(self.work, ignore_errors=True)
-
-    def clear_cache(self):
-        shutil.rmtree(self.cache, ignore_errors=True)
-
     def durable(self, expected_dir, source_dir):
         target = os.path.join(self.served, expected_dir)
         if os.path.isfile(source_dir):
@@ -263,7 +258,6 @@ class StowFS(System):
         self.bindir = bindir
         self.data = os.path.join(self.work, "data")
         self.cache = os.path.join(self.work, "cache")
-        self.server = None
         self.proc = None
         self.env = dict(os.environ, STOWFS_TOKEN="bench-token", STOWD_TOKEN="bench-token")
 
@@ -290,17 +284,6 @@ class StowFS(System):
             run([f"{self.bindir}/stowfs", "unmount", self.mnt], check=False, env=self.env)
             self.proc.wait(timeout=600)
             self.proc = None
-
-    def stop(self):
-        self.unmount()
-        if self.server:
-            self.server.terminate()
-            self.server.wait(timeout=30)
-            self.server = None
-        shutil.rmtree(self.work, ignore_errors=True)
-
-    def clear_cache(self):
-        shutil.rmtree(self.cache, ignore_errors=True)
 
     def durable(self, expected_dir, source_dir):
         run([f"{self.bindir}/stowfs", "sync", self.mnt], env=self.env)

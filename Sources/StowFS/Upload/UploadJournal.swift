@@ -84,16 +84,7 @@ public final class UploadJournal: Sendable {
     ) throws -> Int64 {
         guard let ns = location.namespace else { throw FSError.notPermitted }
         return try db.write { db in
-            try db.execute(
-                sql: """
-                    INSERT INTO uploads(namespace, path, cache_file, size, params, content_type, tags, patch, state, created)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """,
-                arguments: [
-                    ns.name, location.path.string, cacheFile, size, Self.json(params), contentType, Self.json(tags), Self.json(patch),
-                    state.rawValue, Int64(Date().timeIntervalSince1970 * 1000),
-                ])
-            return db.lastInsertedRowID
+            try Self.insertRow(db, ns, location, cacheFile, size, params, contentType, tags, patch, state)
         }
     }
 
@@ -105,19 +96,26 @@ public final class UploadJournal: Sendable {
     ) throws -> Int64 {
         guard let ns = location.namespace else { throw FSError.notPermitted }
         return try db.write { db in
-            try db.execute(
-                sql: """
-                    INSERT INTO uploads(namespace, path, cache_file, size, params, content_type, tags, patch, state, created)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """,
-                arguments: [
-                    ns.name, location.path.string, cacheFile, size, Self.json(params), contentType, Self.json(tags), Self.json(patch),
-                    Record.State.queued.rawValue, Int64(Date().timeIntervalSince1970 * 1000),
-                ])
-            let id = db.lastInsertedRowID
+            let id = try Self.insertRow(db, ns, location, cacheFile, size, params, contentType, tags, patch, .queued)
             try db.execute(sql: "DELETE FROM uploads WHERE id = ?", arguments: [heldID])
             return id
         }
+    }
+
+    private static func insertRow(
+        _ db: Database, _ ns: Namespace, _ location: Location, _ cacheFile: String, _ size: Int64, _ params: UploadParams,
+        _ contentType: String?, _ tags: [String]?, _ patch: FilePatch?, _ state: Record.State
+    ) throws -> Int64 {
+        try db.execute(
+            sql: """
+                INSERT INTO uploads(namespace, path, cache_file, size, params, content_type, tags, patch, state, created)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """,
+            arguments: [
+                ns.name, location.path.string, cacheFile, size, json(params), contentType, json(tags), json(patch),
+                state.rawValue, Int64(Date().timeIntervalSince1970 * 1000),
+            ])
+        return db.lastInsertedRowID
     }
 
     public func all() throws -> [Record] {
