@@ -20,7 +20,7 @@ func makeOperations() -> fuse_lowlevel_ops {
         guard let conn else { return }
         let capable = conn.pointee.capable
         var want = conn.pointee.want
-        for cap in [FUSE_CAP_ASYNC_READ, FUSE_CAP_ATOMIC_O_TRUNC, FUSE_CAP_PARALLEL_DIROPS, FUSE_CAP_READDIRPLUS] where capable & UInt32(cap) != 0 {
+        for cap in [FUSE_CAP_ASYNC_READ, FUSE_CAP_ATOMIC_O_TRUNC, FUSE_CAP_PARALLEL_DIROPS, FUSE_CAP_READDIRPLUS, FUSE_CAP_SPLICE_WRITE] where capable & UInt32(cap) != 0 {
             want |= UInt32(cap)
         }
         // Always readdirplus: the listing already carries every child's attributes.

@@ -1,7 +1,7 @@
 import AsyncHTTPClient
 import Foundation
 import Logging
-import NIOCore
+public import NIOCore
 import NIOFileSystem
 import NIOFoundationCompat
 import NIOHTTP1
@@ -93,19 +93,26 @@ public final class HTTPObjectStore: ObjectStore {
             let response = try await client.execute(request, timeout: .nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000))
             let body = try await response.body.collect(upTo: maxBody)
             let answer = Answer(status: Int(response.status.code), headers: response.headers, body: body)
-            if answer.status >= 500 || answer.status == 429 || answer.status == 408 {
-                if answer.status == 507 { throw error(for: answer) }
-                throw StorageError(.unavailable, "the server answered \(answer.status)", status: answer.status, code: decodeError(answer.body)?.code)
-            }
+            if answer.status >= 500 || answer.status == 429 || answer.status == 408 { throw failure(answer) }
             return answer
-        } catch let e as StorageError {
-            throw e
-        } catch is CancellationError {
-            throw StorageError(.cancelled, "cancelled")
         } catch {
-            if Task.isCancelled { throw StorageError(.cancelled, "cancelled") }
-            throw StorageError(.unavailable, "cannot reach \(configuration.endpoint): \(Self.transportProblem(error))")
+            throw transportError(error)
         }
+    }
+
+    /// A failure of the transport (or of the task) as a typed error; a `StorageError` as it is.
+    func transportError(_ error: any Error) -> StorageError {
+        if let e = error as? StorageError { return e }
+        if error is CancellationError || Task.isCancelled { return StorageError(.cancelled, "cancelled") }
+        return StorageError(.unavailable, "cannot reach \(configuration.endpoint): \(Self.transportProblem(error))")
+    }
+
+    /// An answer that is not a success, as the error to throw (transient for 5xx, 429, 408).
+    func failure(_ answer: Answer) -> StorageError {
+        if answer.status >= 500 && answer.status != 507 || answer.status == 429 || answer.status == 408 {
+            return StorageError(.unavailable, "the server answered \(answer.status)", status: answer.status, code: decodeError(answer.body)?.code)
+        }
+        return error(for: answer)
     }
 
     func decodeError(_ body: ByteBuffer) -> ErrorBody? {
@@ -332,6 +339,64 @@ public final class HTTPObjectStore: ObjectStore {
             bytes = bytes.getSlice(at: bytes.readerIndex + lower, length: upper - lower) ?? ByteBuffer()
         }
         return ReadResult(bytes: bytes, etag: etag, totalSize: total)
+    }
+
+    /// Streams the range as it arrives: each chunk of the response goes to `consume` without
+    /// collecting the body (a cold sequential read moves hundreds of MiB this way). Retries
+    /// transient failures only while nothing was handed over.
+    public func read(url: String, range: Range<Int64>, ifMatch: String?, consume: (ByteBuffer) throws -> Void) async throws -> Int64 {
+        guard !range.isEmpty else { return 0 }
+        var headers = [("Range", "bytes=\(range.lowerBound)-\(range.upperBound - 1)")]
+        if let ifMatch { headers.append(("If-Match", "\"\(ifMatch)\"")) }
+        let policy = configuration.retry
+        var attempt = 1
+        while true {
+            var delivered: Int64 = 0
+            do {
+                try await stream(makeRequest(.GET, url, headers: headers, authorized: false), range: range, delivered: &delivered, consume: consume)
+                return delivered
+            } catch let e as StorageError where e.isTransient && delivered == 0 && attempt < policy.attempts {
+                try await policy.sleep(policy.delay(after: attempt))
+                attempt += 1
+            }
+        }
+    }
+
+    func stream(_ request: HTTPClientRequest, range: Range<Int64>, delivered: inout Int64, consume: (ByteBuffer) throws -> Void) async throws {
+        let response: HTTPClientResponse
+        do {
+            response = try await client.execute(request, timeout: .minutes(10))
+        } catch {
+            throw transportError(error)
+        }
+        let status = Int(response.status.code)
+        guard status == 200 || status == 206 else {
+            let body = (try? await response.body.collect(upTo: 1 << 20)) ?? ByteBuffer()
+            throw failure(Answer(status: status, headers: response.headers, body: body))
+        }
+        // A 200 is the whole file (the server may ignore a range): skip to the range.
+        var skip = status == 200 ? Int(range.lowerBound) : 0
+        let wanted = Int64(range.count)
+        var chunks = response.body.makeAsyncIterator()
+        while delivered < wanted {
+            let next: ByteBuffer?
+            do {
+                next = try await chunks.next()
+            } catch {
+                throw transportError(error)
+            }
+            guard var chunk = next else { return }
+            if skip > 0 {
+                let n = min(skip, chunk.readableBytes)
+                chunk.moveReaderIndex(forwardBy: n)
+                skip -= n
+            }
+            let room = wanted - delivered
+            if chunk.readableBytes > room { chunk = chunk.getSlice(at: chunk.readerIndex, length: Int(room))! }
+            guard chunk.readableBytes > 0 else { continue }
+            try consume(chunk)
+            delivered += Int64(chunk.readableBytes)
+        }
     }
 
     /// A transport failure in a few words a user can act on.

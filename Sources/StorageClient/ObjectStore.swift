@@ -44,6 +44,20 @@ public protocol ObjectStore: Sendable {
     func signedURLs(_ ns: Namespace, _ paths: [StoragePath], expiry: Int) async throws -> [SignedURL]
     /// Bytes of a file by signed URL. `ifMatch`: fail with `.preconditionFailed` if the file's ETag changed.
     func read(url: String, range: Range<Int64>?, ifMatch: String?) async throws -> ReadResult
+    /// Bytes `range` of a file by signed URL, handed to `consume` in order as they arrive (no
+    /// buffering of the whole range). Returns how many bytes were handed over: fewer than asked
+    /// when the file ends sooner. A failure after some bytes were handed over is thrown as is (no
+    /// retry): the caller keeps what it got and asks again for the rest.
+    func read(url: String, range: Range<Int64>, ifMatch: String?, consume: (ByteBuffer) throws -> Void) async throws -> Int64
+}
+
+extension ObjectStore {
+    /// Stores without a streaming transport read the range whole, then hand it over.
+    public func read(url: String, range: Range<Int64>, ifMatch: String?, consume: (ByteBuffer) throws -> Void) async throws -> Int64 {
+        let result = try await read(url: url, range: range, ifMatch: ifMatch)
+        try consume(result.bytes)
+        return Int64(result.bytes.readableBytes)
+    }
 }
 
 /// One page of a folder listing: its files and sub-folders (records), and where to continue.

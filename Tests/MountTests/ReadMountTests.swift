@@ -30,6 +30,33 @@ struct ReadMountTests {
         }
     }
 
+    @Test("a cold sequential read fetches every byte once, even with two readers at the same time")
+    func fetchedOnce() async throws {
+        try await withMount { m in
+            try m.sh("head -c 48000000 /dev/urandom > data.bin")
+            let local = try m.sh("sha256sum < data.bin | cut -d' ' -f1")
+            try await m.withClient { c in
+                _ = try await c.upload(.file(path: m.root + "/work/data.bin"), size: 48_000_000, to: m.namespace, try StoragePath("data.bin"))
+            }
+            for readers in [1, 2] {
+                try m.unmountFS()
+                try m.mountFS()
+                try m.sh("sync; echo 3 > /proc/sys/vm/drop_caches")
+                let before = try bytesSent(m)
+                let sums = try m.sh((0..<readers).map { _ in "(sha256sum < \(m.mountpoint)/data.bin | cut -d' ' -f1) &" }.joined(separator: " ") + " wait")
+                #expect(sums.split(separator: "\n").map(String.init) == Array(repeating: local, count: readers))
+                // Read-ahead and the reads it serves share each block's fetch: no byte comes twice.
+                #expect(try bytesSent(m) - before == 48_000_000, "\(readers) reader(s)")
+            }
+        }
+    }
+
+    /// Bytes stowd has sent so far (its Prometheus counter).
+    func bytesSent(_ m: MountedFS) throws -> Int {
+        let line = try m.sh("curl -sf \(m.endpoint)/metrics | grep '^stowd_bytes_sent_total'")
+        return Int(Double(line.split(separator: " ").last ?? "") ?? -1)
+    }
+
     @Test("ls -l of a folder of 2,000 files, made through the server, lists every one with its size")
     func listing() async throws {
         try await withMount { m in

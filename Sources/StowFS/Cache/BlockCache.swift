@@ -80,25 +80,36 @@ public final class BlockCache: Sendable {
 
     /// Stores fetched bytes that start at block `first` (whole blocks, the last may be short).
     public func store<Bytes: Collection & Sendable>(etag: String, firstBlock first: Int64, bytes: Bytes) throws(FSError) where Bytes.Element == UInt8 {
-        let file: CacheFile = try state.withLock { (s: inout State) throws(FSError) -> CacheFile in
+        let file = try file(etag: etag)
+        try file.write(bytes, at: first * Int64(blockSize))
+        let count = (bytes.count + blockSize - 1) / blockSize
+        for k in 0..<count {
+            didStore(etag: etag, file: file, block: first + Int64(k), length: min(blockSize, bytes.count - k * blockSize))
+        }
+    }
+
+    /// The file that holds the blocks of `etag` (created on first use): a fetch writes into it at
+    /// `block × blockSize`, then calls `didStore` for each whole block.
+    public func file(etag: String) throws(FSError) -> CacheFile {
+        try state.withLock { (s: inout State) throws(FSError) -> CacheFile in
             if let f = s.files[etag] { return f.file }
             let f = try CacheFile(path: filePath(etag))
             s.files[etag] = FileState(file: f)
             return f
         }
-        try file.write(bytes, at: first * Int64(blockSize))
-        let count = (bytes.count + blockSize - 1) / blockSize
-        state.withLock { s in
+    }
+
+    /// Block `block` of `etag` (`length` bytes, less than a block only at the end of the file) is
+    /// written into `file`. Ignored when that version was dropped meanwhile.
+    public func didStore(etag: String, file: CacheFile, block: Int64, length: Int) {
+        let over = state.withLock { s -> Bool in
+            guard s.files[etag]?.file === file else { return false }
             s.tick += 1
-            for k in 0..<Int64(count) {
-                let i = first + k
-                if s.files[etag]?.present.insert(i).inserted == true {
-                    s.bytes += Int64(min(blockSize, bytes.count - Int(k) * blockSize))
-                }
-                s.lastUse[Key(etag: etag, index: i)] = s.tick
-            }
+            if s.files[etag]!.present.insert(block).inserted { s.bytes += Int64(length) }
+            s.lastUse[Key(etag: etag, index: block)] = s.tick
+            return s.bytes > capacity
         }
-        evictIfNeeded()
+        if over { evictIfNeeded() }
     }
 
     /// Drops the least recently used blocks until the cache is at 90% of its capacity.

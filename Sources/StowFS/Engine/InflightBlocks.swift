@@ -1,22 +1,50 @@
 import Synchronization
 
-/// Blocks being prefetched right now, so that one block is not fetched twice at once.
+/// Blocks being fetched right now, and the reads waiting for them: a block is fetched once, however
+/// many reads (and read-aheads) want it at the same time.
 final class InflightBlocks: Sendable {
-    private let keys = Mutex<Set<String>>([])
+    struct Key: Hashable {
+        let etag: String
+        let index: Int64
+    }
 
-    private static func key(_ etag: String, _ index: Int64) -> String { "\(etag)#\(index)" }
+    /// A claimed block → the reads waiting for it.
+    private let claims = Mutex<[Key: [CheckedContinuation<Void, Never>]]>([:])
 
-    /// Claims the blocks; false (claiming nothing) when any is claimed already.
-    func begin(etag: String, blocks: [Int64]) -> Bool {
-        keys.withLock { set in
-            let ks = blocks.map { Self.key(etag, $0) }
-            guard ks.allSatisfy({ !set.contains($0) }) else { return false }
-            set.formUnion(ks)
-            return true
+    /// Claims those of `blocks` that nobody is fetching, and returns them: the caller fetches
+    /// them and calls `end` for each, whatever happens.
+    func claim(etag: String, blocks: [Int64]) -> [Int64] {
+        claims.withLock { c in
+            blocks.filter { b in
+                let key = Key(etag: etag, index: b)
+                guard c[key] == nil else { return false }
+                c[key] = []
+                return true
+            }
         }
     }
 
-    func end(etag: String, blocks: [Int64]) {
-        keys.withLock { set in for b in blocks { set.remove(Self.key(etag, b)) } }
+    /// Returns when nobody is fetching `block` any more (at once if nobody is). The block may
+    /// still be missing after (its fetch failed): look again.
+    func wait(etag: String, block: Int64) async {
+        await withCheckedContinuation { (k: CheckedContinuation<Void, Never>) in
+            let queued = claims.withLock { c -> Bool in
+                let key = Key(etag: etag, index: block)
+                guard c[key] != nil else { return false }
+                c[key]!.append(k)
+                return true
+            }
+            if !queued { k.resume() }
+        }
+    }
+
+    /// The fetch of `block` is over (stored or failed): wakes its waiters.
+    func end(etag: String, block: Int64) {
+        let waiters = claims.withLock { c in c.removeValue(forKey: Key(etag: etag, index: block)) ?? [] }
+        for k in waiters { k.resume() }
+    }
+
+    func isClaimed(etag: String, block: Int64) -> Bool {
+        claims.withLock { $0[Key(etag: etag, index: block)] != nil }
     }
 }

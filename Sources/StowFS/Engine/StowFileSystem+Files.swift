@@ -108,13 +108,8 @@ extension StowFileSystem {
         }
         let file = try CacheFile(path: newCacheFilePath(), truncate: true)
         if size > 0, let etag {
-            let chunk = Int64(configuration.blockSize * configuration.maxBlocksPerRequest)
-            var offset: Int64 = 0
-            while offset < size {
-                let end = min(size, offset + chunk)
-                let bytes = try await fetchRange(location, etag: etag, range: offset..<end)
-                try file.write(bytes.readableBytesView, at: offset)
-                offset = end
+            try await fetchStream(location, etag: etag, range: 0..<size) { $0 } write: { chunk, offset throws(FSError) in
+                try file.write(chunk.readableBytesView, at: offset)
             }
         }
         try file.truncate(to: size)
@@ -184,51 +179,120 @@ extension StowFileSystem {
         _ = try await getattr(ino)
     }
 
-    /// Fetches the blocks `range` needs that are not cached, in as few ranged GETs as possible.
+    /// Fetches the blocks `range` needs that are not cached, in as few ranged GETs as possible;
+    /// waits for those another read or read-ahead is fetching already (never fetching twice).
     func ensureBlocks(_ location: Location, etag: String, range: Range<Int64>, fileSize: Int64) async throws(FSError) {
         let needed = blocks.blocks(covering: range)
-        let missing = blocks.missing(etag: etag, blocks: needed)
-        guard !missing.isEmpty else { return }
-        // Runs of consecutive missing blocks, each at most maxBlocksPerRequest long.
+        for _ in 0..<4 {
+            let missing = blocks.missing(etag: etag, blocks: needed)
+            guard !missing.isEmpty else { return }
+            let mine = claimMissing(etag: etag, blocks: missing)
+            let claimed = Set(mine)
+            let theirs = missing.filter { !claimed.contains($0) }
+            do {
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for run in runs(of: mine) {
+                        group.addTask { try await self.fetchBlocks(location, etag: etag, blocks: run, fileSize: fileSize) }
+                    }
+                    for block in theirs {
+                        group.addTask { await self.fetching.wait(etag: etag, block: block) }
+                    }
+                    try await group.waitForAll()
+                }
+            } catch {
+                throw FSError.from(error)
+            }
+        }
+        if !blocks.missing(etag: etag, blocks: needed).isEmpty {
+            throw FSError.io("blocks were evicted while being read; the cache is too small for this read")
+        }
+    }
+
+    /// Claims those of `candidates` nobody fetches and that are still missing once claimed (a
+    /// fetch may have stored one between the look and the claim).
+    func claimMissing(etag: String, blocks candidates: [Int64]) -> [Int64] {
+        let mine = fetching.claim(etag: etag, blocks: candidates)
+        guard let lo = mine.first, let hi = mine.last else { return [] }
+        let missing = Set(blocks.missing(etag: etag, blocks: lo..<(hi + 1)))
+        for b in mine where !missing.contains(b) { fetching.end(etag: etag, block: b) }
+        return mine.filter { missing.contains($0) }
+    }
+
+    /// Consecutive block numbers as runs of at most `maxBlocksPerRequest` (one GET each).
+    func runs(of sorted: [Int64]) -> [Range<Int64>] {
         var runs: [Range<Int64>] = []
-        for i in missing {
+        for i in sorted {
             if let last = runs.last, last.upperBound == i, last.count < configuration.maxBlocksPerRequest {
                 runs[runs.count - 1] = last.lowerBound..<(i + 1)
             } else {
                 runs.append(i..<(i + 1))
             }
         }
-        do {
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                for run in runs {
-                    group.addTask { try await self.fetchBlocks(location, etag: etag, blocks: run, fileSize: fileSize) }
-                }
-                try await group.waitForAll()
+        return runs
+    }
+
+    /// Fetches claimed blocks in one streamed GET: each block is in the cache (and its waiters
+    /// woken) as soon as its last byte arrived, not when the whole run has. Ends every claim.
+    func fetchBlocks(_ location: Location, etag: String, blocks run: Range<Int64>, fileSize: Int64) async throws(FSError) {
+        var next = run.lowerBound
+        defer { for b in next..<run.upperBound { fetching.end(etag: etag, block: b) } }
+        let bs = Int64(configuration.blockSize)
+        let end = min(fileSize, run.upperBound * bs)
+        guard run.lowerBound * bs < end else { return }
+        let file = try blocks.file(etag: etag)
+        try await fetchStream(location, etag: etag, range: (run.lowerBound * bs)..<end) { (reached: Int64) in
+            // Bytes up to `reached` are written: every block that ends there is whole.
+            while next < run.upperBound {
+                let blockEnd = min(end, (next + 1) * bs)
+                guard reached >= blockEnd else { break }
+                blocks.didStore(etag: etag, file: file, block: next, length: Int(blockEnd - next * bs))
+                fetching.end(etag: etag, block: next)
+                next += 1
             }
-        } catch {
-            throw FSError.from(error)
+            return next * bs
+        } write: { chunk, offset throws(FSError) in
+            try file.write(chunk.readableBytesView, at: offset)
         }
     }
 
-    func fetchBlocks(_ location: Location, etag: String, blocks run: Range<Int64>, fileSize: Int64) async throws(FSError) {
-        let bs = Int64(configuration.blockSize)
-        let range = (run.lowerBound * bs)..<min(fileSize, run.upperBound * bs)
-        guard !range.isEmpty else { return }
-        let bytes = try await fetchRange(location, etag: etag, range: range)
-        try blocks.store(etag: etag, firstBlock: run.lowerBound, bytes: bytes.readableBytesView)
+    /// Streams `range` of a stored file, pinned to its ETag, into `write(chunk, offset)`. After
+    /// each chunk `written(upTo)` says how far the bytes reach and returns from where a retry
+    /// would have to start. A connection lost midway is asked again from there, as long as each
+    /// try makes progress.
+    func fetchStream(
+        _ location: Location, etag: String, range: Range<Int64>, written: (Int64) -> Int64,
+        write: (ByteBuffer, Int64) throws(FSError) -> Void
+    ) async throws(FSError) {
+        var resume = range.lowerBound
+        while resume < range.upperBound {
+            let start = resume
+            var offset = start
+            do throws(FSError) {
+                let got = try await fetchRange(location, etag: etag, range: start..<range.upperBound) { chunk in
+                    try write(chunk, offset)
+                    offset += Int64(chunk.readableBytes)
+                    resume = written(offset)
+                }
+                guard got == range.upperBound - start else {
+                    throw FSError.io("changed: the server sent \(got) of \(range.upperBound - start) bytes")
+                }
+                resume = written(range.upperBound)
+                return
+            } catch {
+                // The store retried what failed before any byte came; here, go on while bytes come.
+                guard case .io(let why) = error, !why.hasPrefix("changed:"), resume > start else { throw error }
+            }
+        }
     }
 
-    /// Bytes of a stored file, pinned to its ETag.
-    func fetchRange(_ location: Location, etag: String, range: Range<Int64>) async throws(FSError) -> ByteBuffer {
+    /// Bytes of a stored file, pinned to its ETag, handed to `consume` as they arrive. Returns
+    /// how many came.
+    func fetchRange(_ location: Location, etag: String, range: Range<Int64>, consume: (ByteBuffer) throws -> Void) async throws(FSError) -> Int64 {
         var lastError: FSError = .io("no URL")
         for attempt in 0..<2 {
             let url = try await signedURL(location, renew: attempt > 0)
             do {
-                let result = try await store.read(url: url, range: range, ifMatch: etag)
-                guard Int64(result.bytes.readableBytes) == Int64(range.count) else {
-                    throw FSError.io("changed: the server sent \(result.bytes.readableBytes) of \(range.count) bytes")
-                }
-                return result.bytes
+                return try await store.read(url: url, range: range, ifMatch: etag, consume: consume)
             } catch let e as StorageError where e.kind == .preconditionFailed {
                 throw FSError.io("changed: \(location) has a new version")
             } catch let e as StorageError where e.kind == .forbidden {
@@ -281,7 +345,8 @@ extension StowFileSystem {
         return ino
     }
 
-    /// Starts fetching `count` blocks after `end` in the background.
+    /// Starts fetching the missing blocks of the `count` after `end` in the background (those
+    /// nobody fetches yet).
     func prefetch(_ ino: InodeNumber, etag: String, after end: Int64, fileSize: Int64, blocks count: Int) {
         guard end < fileSize else { return }
         let bs = Int64(configuration.blockSize)
@@ -289,15 +354,18 @@ extension StowFileSystem {
         let last = min((fileSize - 1) / bs, first + Int64(count) - 1)
         guard first <= last else { return }
         let missing = blocks.missing(etag: etag, blocks: first..<(last + 1))
-        guard !missing.isEmpty, prefetching.begin(etag: etag, blocks: missing) else { return }
+        guard !missing.isEmpty else { return }
         let location = try? state.withLock { (s: inout State) throws(FSError) in try self.location(s, ino) }
-        guard let location else {
-            prefetching.end(etag: etag, blocks: missing)
+        guard let location else { return }
+        let mine = claimMissing(etag: etag, blocks: missing)
+        // Few new blocks far ahead: wait until there are enough for one larger GET.
+        let batch = min(count / 2, configuration.maxBlocksPerRequest)
+        if mine.count < batch, let nearest = mine.first, nearest > first + 1 {
+            for b in mine { fetching.end(etag: etag, block: b) }
             return
         }
-        Task {
-            defer { self.prefetching.end(etag: etag, blocks: missing) }
-            try? await self.ensureBlocks(location, etag: etag, range: (missing.first! * bs)..<min(fileSize, (missing.last! + 1) * bs), fileSize: fileSize)
+        for run in runs(of: mine) {
+            Task { try? await self.fetchBlocks(location, etag: etag, blocks: run, fileSize: fileSize) }
         }
     }
 

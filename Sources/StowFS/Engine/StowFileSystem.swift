@@ -41,7 +41,7 @@ public final class StowFileSystem: Sendable {
     let queue: UploadQueue
     let blocks: BlockCache
     let urls = SignedURLCache()
-    let prefetching = InflightBlocks()
+    let fetching = InflightBlocks()
     let inodeLocks = InodeLocks()
     let logger: Logger
     let state: Mutex<State>
