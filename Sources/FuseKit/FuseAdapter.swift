@@ -141,17 +141,28 @@ final class FuseAdapter: Sendable {
     // MARK: - Files
 
     func create(_ req: FuseRequest, parent: InodeNumber, name: String, mode: UInt32, fileInfo: FileInfoBox) {
-        let caller = req.caller
-        respond(req, { () async throws(FSError) -> (Entry, OpenedFile) in
-            try await self.engine.create(parent: parent, name: name, mode: mode, caller: caller)
-        }) { r, v in
-            r.reply(create: v.0, file: v.1, fileInfo: fileInfo.pointer)
+        // No server and no queue: answered here, without a task.
+        do throws(FSError) {
+            let (entry, file) = try engine.create(parent: parent, name: name, mode: mode, caller: req.caller)
+            req.reply(create: entry, file: file, fileInfo: fileInfo.pointer)
+        } catch {
+            req.reply(error: error)
         }
     }
 
     func open(_ req: FuseRequest, ino: InodeNumber, flags: Int32, fileInfo: FileInfoBox) {
         let write = flags & O_ACCMODE != O_RDONLY
         let truncate = flags & O_TRUNC != 0
+        // Answered here unless the content must come from the server first.
+        do throws(FSError) {
+            if let opened = try engine.openHere(ino, write: write, truncate: truncate) {
+                req.reply(open: opened, fileInfo: fileInfo.pointer)
+                return
+            }
+        } catch {
+            req.reply(error: error)
+            return
+        }
         respond(req, { () async throws(FSError) -> OpenedFile in try await self.engine.open(ino, write: write, truncate: truncate) }) { r, v in
             r.reply(open: v, fileInfo: fileInfo.pointer)
         }

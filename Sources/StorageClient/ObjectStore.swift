@@ -37,6 +37,9 @@ public protocol ObjectStore: Sendable {
     /// tus PATCH otherwise. Returns the server's new offset. No retries here: see `upload(…)`.
     func send(_ session: StartUploadResponse, from source: UploadSource, offset: Int64, end: Int64, progress: ProgressHandler?) async throws -> Int64
     func completeUpload(_ session: StartUploadResponse) async throws -> FileRecord
+    /// start, send and complete in one request, for a small file (read whole into memory). Not
+    /// retried here; like complete, it may have stored the file even when the answer is lost.
+    func uploadDirect(_ ns: Namespace, _ request: StartUploadRequest, from source: UploadSource) async throws -> FileRecord
     func abandonUpload(_ session: StartUploadResponse) async throws
 
     // MARK: Reads
@@ -52,6 +55,12 @@ public protocol ObjectStore: Sendable {
 }
 
 extension ObjectStore {
+    /// Stores without a one-request upload take the three steps.
+    public func uploadDirect(_ ns: Namespace, _ request: StartUploadRequest, from source: UploadSource) async throws -> FileRecord {
+        let session = try await startUpload(ns, request)
+        return try await resumeUpload(session, from: source, knownOffset: 0, options: UploadOptions(chunkSize: max(1, request.size), retry: .none))
+    }
+
     /// Stores without a streaming transport read the range whole, then hand it over.
     public func read(url: String, range: Range<Int64>, ifMatch: String?, consume: (ByteBuffer) throws -> Void) async throws -> Int64 {
         let result = try await read(url: url, range: range, ifMatch: ifMatch)

@@ -6,6 +6,10 @@ public enum Routes {
     public static func startUpload(_ ns: Namespace) -> String { "\(prefix)/v2.0/namespaces/\(ns)/upload/start" }
     public static func completeUpload(_ ns: Namespace) -> String { "\(prefix)/v2.0/namespaces/\(ns)/upload/complete" }
     public static func startUploadV1(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/upload/start/" }
+    /// start + PUT + complete in one request (a StowFS extension, for small files).
+    public static func directUpload(_ ns: Namespace) -> String { "\(prefix)/v2.0/namespaces/\(ns)/upload/direct" }
+    /// The header that carries a direct upload's declaration (start's JSON body, base64).
+    public static let directUploadHeader = "Stow-Upload"
     public static func completeUploadV1(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/upload/complete/" }
     public static let signURLs = "\(prefix)/v1.0/sign-urls"
     public static func browse(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/browse" }

@@ -36,6 +36,58 @@ struct UploadTests {
         }
     }
 
+    @Test("a direct upload (one request) stores the file with its declaration: tags, metadata, mode, times")
+    func direct() async throws {
+        try await withServer { s in
+            let bytes = randomBytes(5000)
+            var params = UploadParams(metadata: ["k": "v"])
+            params.mode = 0o640
+            params.mtimeNs = 1_700_000_000_123_000_000
+            let request = StartUploadRequest(fileName: "d/small.txt", size: 5000, tags: ["a", "b"], params: params)
+            let record = try await s.admin.uploadDirect(testNamespace, request, from: .bytes(ByteBuffer(bytes: bytes)))
+            #expect(record.filePath == "d/small.txt" && record.size == 5000)
+            #expect(record.tags == ["a", "b"] && record.metadata == ["k": "v"])
+            #expect(record.mode == 0o640 && record.mtimeNs == 1_700_000_000_123_000_000)
+            #expect(try await s.admin.get("d/small.txt") == bytes)
+            // Again over it: the new content replaces the old.
+            let again = try await s.admin.uploadDirect(testNamespace, StartUploadRequest(fileName: "d/small.txt", size: 3), from: .bytes(ByteBuffer(bytes: [1, 2, 3])))
+            #expect(again.size == 3)
+            #expect(try await s.admin.get("d/small.txt") == [1, 2, 3])
+            #expect(s.stagedFileCount() == 0)
+        }
+    }
+
+    @Test("a bad direct upload is refused with a clear error and leaves nothing: no header, not base64, wrong size, if_none_match")
+    func directRefused() async throws {
+        try await withServer { s in
+            _ = try await s.admin.put(Array("keep".utf8), "keep.txt")
+            let url = Routes.directUpload(testNamespace)
+            func declaration(_ r: StartUploadRequest) -> String { WireJSON.encode(r).base64EncodedString() }
+            let cases: [(String, [(String, String)], Int, String)] = [
+                ("no header", [], 400, "Stow-Upload"),
+                ("not base64", [("Stow-Upload", "%%%")], 400, "base64"),
+                ("not JSON", [("Stow-Upload", Data("nope".utf8).base64EncodedString())], 400, "malformed JSON"),
+                ("size differs", [("Stow-Upload", declaration(StartUploadRequest(fileName: "new.txt", size: 9)))], 400, "Content-Length"),
+                ("if_none_match", [("Stow-Upload", declaration(StartUploadRequest(fileName: "keep.txt", size: 5, params: UploadParams(ifNoneMatch: "*"))))], 412, "exists"),
+                ("path with ..", [("Stow-Upload", declaration(StartUploadRequest(fileName: "a/../b", size: 5)))], 400, "`..`"),
+            ]
+            for (label, headers, status, words) in cases {
+                let answer = try await s.raw.send("POST", url, headers: headers, body: Data("hello".utf8))
+                #expect(answer.status == status, "\(label): \(answer.text)")
+                #expect(answer.error?.message.contains(words) == true, "\(label): \(answer.text)")
+            }
+            // A body that breaks off: nothing published, nothing staged.
+            let short = try await s.raw.send(
+                "POST", url, headers: [("Stow-Upload", declaration(StartUploadRequest(fileName: "short.txt", size: 100)))], body: Data("hello".utf8),
+                chunked: true)
+            #expect(short.status == 400, "\(short.text)")
+            let listing = try await s.admin.list(testNamespace, folder: .root, after: nil, limit: 100)
+            #expect(listing.entries.map(\.filePath) == ["keep.txt"])
+            #expect(try await s.admin.get("keep.txt") == Array("keep".utf8))
+            #expect(s.stagedFileCount() == 0)
+        }
+    }
+
     @Test("an empty file can be uploaded without sending any bytes")
     func emptyFile() async throws {
         try await withServer { s in

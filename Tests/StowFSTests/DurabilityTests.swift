@@ -57,7 +57,7 @@ struct DurabilityTests {
             try await first.write("docs/a.txt", "alpha")
             try await first.write("b.txt", "beta")
             // A file open and flushed, never closed: close(2) returned for what was flushed.
-            let (entry, opened) = try await first.fs.create(parent: .root, name: "open.txt", mode: 0o644, caller: .root)
+            let (entry, opened) = try first.fs.create(parent: .root, name: "open.txt", mode: 0o644, caller: .root)
             _ = try first.fs.write(entry.ino, handle: opened.handle, offset: 0, bytes: Array("flushed".utf8))
             try await first.fs.flush(entry.ino, handle: opened.handle)
             await first.close(keepCache: true)

@@ -60,7 +60,7 @@ struct Harness: Sendable {
             ino = existing.ino
             handle = try await fs.open(ino, write: true, truncate: true).handle
         } else {
-            let (entry, opened) = try await fs.create(parent: parent, name: name, mode: mode, caller: .root)
+            let (entry, opened) = try fs.create(parent: parent, name: name, mode: mode, caller: .root)
             ino = entry.ino
             handle = opened.handle
         }

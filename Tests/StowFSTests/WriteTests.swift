@@ -45,7 +45,7 @@ struct WriteTests {
     @Test("fsync returns once the server has the file, even while it stays open")
     func fsyncWhileOpen() async throws {
         try await withEngine { h in
-            let (entry, opened) = try await h.fs.create(parent: .root, name: "open.bin", mode: 0o600, caller: .root)
+            let (entry, opened) = try h.fs.create(parent: .root, name: "open.bin", mode: 0o600, caller: .root)
             _ = try h.fs.write(entry.ino, handle: opened.handle, offset: 0, bytes: Array("part one".utf8))
             try await h.fs.fsync(entry.ino, handle: opened.handle)
             #expect(try await h.stored("open.bin") == "part one")
@@ -60,7 +60,7 @@ struct WriteTests {
     @Test("a sync between close's flush and its release leaves no record waiting for a release that came already")
     func syncBetweenFlushAndRelease() async throws {
         try await withEngine { h in
-            let (entry, opened) = try await h.fs.create(parent: .root, name: "f.bin", mode: 0o600, caller: .root)
+            let (entry, opened) = try h.fs.create(parent: .root, name: "f.bin", mode: 0o600, caller: .root)
             _ = try h.fs.write(entry.ino, handle: opened.handle, offset: 0, bytes: Array("closed".utf8))
             try await h.fs.flush(entry.ino, handle: opened.handle)  // close(2) returns here
             await h.fs.sync()  // `stowfs sync` before the kernel's release arrives
@@ -114,7 +114,7 @@ struct WriteTests {
     @Test("an empty file made with touch is stored empty")
     func emptyFile() async throws {
         try await withEngine { h in
-            let (entry, opened) = try await h.fs.create(parent: .root, name: "empty", mode: 0o644, caller: .root)
+            let (entry, opened) = try h.fs.create(parent: .root, name: "empty", mode: 0o644, caller: .root)
             try await h.fs.flush(entry.ino, handle: opened.handle)
             await h.fs.release(entry.ino, handle: opened.handle)
             await h.fs.sync()

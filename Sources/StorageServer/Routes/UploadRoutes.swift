@@ -16,6 +16,7 @@ extension StowService {
             router.post("\(base)/start") { req, ctx in try await self.start(req, ctx) }
             router.post("\(base)/complete") { req, ctx in try await self.complete(req, ctx) }
         }
+        router.post("\(v2)/direct") { req, ctx in try await self.direct(req, ctx) }
         let link = "/storage/uploads/:id"
         router.put(RouterPath(link)) { req, ctx in try await self.storageLink(req, ctx) }
         router.patch(RouterPath(link)) { req, ctx in try await self.storageLink(req, ctx) }
@@ -34,6 +35,47 @@ extension StowService {
             autoComplete: false)
         let base = baseURL(request)
         return json(startResponse(upload, base: base))
+    }
+
+    /// start, PUT and complete in one request, for small files: the declaration (start's JSON
+    /// body) comes base64-encoded in the `Stow-Upload` header, the bytes as the body; the answer is
+    /// complete's. All or nothing: a body that breaks off or does not match leaves no trace.
+    func direct(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        let ns = try namespace(context)
+        try authorize(request, ns.name, .write)
+        guard let header = request.headers[HTTPField.Name(Routes.directUploadHeader)!] else {
+            throw APIError.badRequest("send the upload's declaration (start's JSON body), base64-encoded, in the `\(Routes.directUploadHeader)` header")
+        }
+        guard header.utf8.count <= config.maxJSONBody * 2, let data = Data(base64Encoded: header) else {
+            throw APIError.badRequest("the `\(Routes.directUploadHeader)` header is not base64")
+        }
+        let body: StartUploadRequest
+        do {
+            body = try JSONDecoder().decode(StartUploadRequest.self, from: data)
+        } catch let e as DecodingError {
+            throw APIError.badRequest("malformed JSON in `\(Routes.directUploadHeader)`: \(APIError.describe(e))")
+        }
+        if let declared = request.headers[.contentLength].flatMap({ Int64($0) }), declared != body.size {
+            throw APIError(.badRequest, .sizeMismatch, "Content-Length is \(declared) but the declaration says size \(body.size)")
+        }
+        let upload = try await createUpload(
+            ns: ns, path: try StoragePath(body.fileName), size: body.size, contentType: body.contentType, tags: body.tags,
+            params: body.params ?? UploadParams(), autoComplete: false)
+        do {
+            let end = try await receive(request, into: upload, at: 0, checksum: nil)
+            guard end == upload.size else {
+                throw APIError(.badRequest, .sizeMismatch, "received \(end) of the \(upload.size) bytes declared")
+            }
+            let node = try await finish(upload)
+            return json(record(node, base: baseURL(request)), status: .created)
+        } catch {
+            if (try? await store.upload(id: upload.id))?.state != .completed {
+                try? await store.deleteUpload(id: upload.id)
+                try? await blobs.deleteStaged(upload.id)
+                activeUploads.forget(upload.id)
+            }
+            throw error
+        }
     }
 
     /// Validates an upload's declaration and records the session.

@@ -11,7 +11,8 @@ import Glibc
 /// create, open, read, write, flush, release, fsync.
 extension StowFileSystem {
     /// Creates a regular file (local until its upload) and opens it for writing.
-    public func create(parent: InodeNumber, name: String, mode: UInt32, caller: Caller) async throws(FSError) -> (Entry, OpenedFile) {
+    /// Synchronous (no server, no queue): FuseKit answers it on the FUSE thread.
+    public func create(parent: InodeNumber, name: String, mode: UInt32, caller: Caller) throws(FSError) -> (Entry, OpenedFile) {
         try Self.validate(name: name)
         guard !configuration.readOnly else { throw FSError.readOnly }
         let file = try CacheFile(path: newCacheFilePath(), truncate: true)
@@ -57,13 +58,26 @@ extension StowFileSystem {
 
     /// Opens a file. Writing to a stored file without `truncate` first brings its content here.
     public func open(_ ino: InodeNumber, write: Bool, truncate: Bool) async throws(FSError) -> OpenedFile {
+        if let opened = try openHere(ino, write: write, truncate: truncate) { return opened }
+        try await materialize(ino)
+        return try openLocked(ino, write: write, truncate: truncate)
+    }
+
+    /// Opens without waiting for anything, or answers nil when the file's content must come from
+    /// the server first (writing to a stored file without truncating it). FuseKit calls it on the
+    /// FUSE thread.
+    public func openHere(_ ino: InodeNumber, write: Bool, truncate: Bool) throws(FSError) -> OpenedFile? {
         if write && configuration.readOnly { throw FSError.readOnly }
         let needsContent = try state.withLock { (s: inout State) throws(FSError) -> Bool in
             let e = try inode(s, ino)
             guard e.kind != .directory else { throw FSError.isADirectory }
             return write && e.local == nil && !truncate && e.kind == .file
         }
-        if needsContent { try await materialize(ino) }
+        if needsContent { return nil }
+        return try openLocked(ino, write: write, truncate: truncate)
+    }
+
+    private func openLocked(_ ino: InodeNumber, write: Bool, truncate: Bool) throws(FSError) -> OpenedFile {
         let newFile: CacheFile? = write && truncate ? try CacheFile(path: newCacheFilePath(), truncate: true) : nil
         return try state.withLock { (s: inout State) throws(FSError) -> OpenedFile in
             var e = try inode(s, ino)

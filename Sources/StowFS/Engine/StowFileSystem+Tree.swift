@@ -329,7 +329,7 @@ extension StowFileSystem {
         case 0o020000: kind = .characterDevice
         case 0o060000: kind = .blockDevice
         case 0o100000, 0:
-            let (entry, opened) = try await create(parent: parent, name: name, mode: mode & 0o7777, caller: caller)
+            let (entry, opened) = try create(parent: parent, name: name, mode: mode & 0o7777, caller: caller)
             await release(entry.ino, handle: opened.handle)
             return entry
         default: throw FSError.invalidArgument

@@ -44,6 +44,8 @@ public actor UploadQueue {
     /// Records past their last byte: from here on they are let finish, never cut off (a complete cut
     /// off midway may have happened on the server anyway, and the caller must know).
     private var completing: Set<Int64> = []
+    /// Files up to this size (and one chunk) go in one request (start, bytes and complete together).
+    static let directUploadLimit: Int64 = 1 << 20
 
     func markCompleting(_ id: Int64) { completing.insert(id) }
     private var waiters: [(ids: Set<Int64>, continuation: CheckedContinuation<Void, Never>)] = []
@@ -351,6 +353,26 @@ public actor UploadQueue {
                 // Not written to the journal: after a crash the same merge is made again from the journal's copy.
                 records[id] = r
                 starting.insert(id)
+                if r.size <= min(Self.directUploadLimit, chunkSize) {
+                    // One request. From its first byte the server may store the file at any moment, so
+                    // a cancel or retarget waits for its answer, as it does for a complete.
+                    completing.insert(id)
+                    let request = StartUploadRequest(fileName: r.location.path.string, contentType: contentType, size: r.size, tags: tags, params: params)
+                    let stored: FileRecord
+                    do {
+                        let (store, source) = (self.store, UploadSource.file(path: r.cacheFile))
+                        // Sending it again is harmless (the same content to the same path), so it is retried as a whole.
+                        stored = try await RetryPolicy(attempts: 3, baseDelay: .milliseconds(300)).run {
+                            try await store.uploadDirect(ns, request, from: source)
+                        }
+                    } catch {
+                        starting.remove(id)
+                        throw error
+                    }
+                    starting.remove(id)
+                    progress.set(id, r.size)
+                    return await settle(id, stored, ns: ns, fallback: r.location)
+                }
                 let session: StartUploadResponse
                 do {
                     session = try await store.startUpload(
@@ -380,18 +402,31 @@ public actor UploadQueue {
                 options: UploadOptions(chunkSize: chunkSize, retry: RetryPolicy(attempts: 3, baseDelay: .milliseconds(300))),
                 progress: { sent, _ in board.set(id, sent) },
                 willComplete: { await self.markCompleting(id) })
-            // Changes made while the upload ran; one that arrives during this update is applied in the next round.
-            while let patch = records[id]?.patch {
-                stored = try await store.update(ns, (records[id]?.location ?? r.location).path, patch, ifMatch: nil)
-                if records[id]?.patch == patch { records[id]?.patch = nil }
-            }
-            await finish(id, stored)
-            return stored
+            return await settle(id, stored, ns: ns, fallback: r.location)
         } catch {
             if cancelling.contains(id) || stopped { return nil }
             failed(id, error)
             return nil
         }
+    }
+
+    /// After the server stored the content: the changes made meanwhile, then the record is done.
+    /// A change that fails to apply leaves the record owed (it is tried again).
+    private func settle(_ id: Int64, _ stored: FileRecord, ns: Namespace, fallback: Location) async -> FileRecord? {
+        var stored = stored
+        do {
+            // Changes made while the upload ran; one that arrives during this update is applied in the next round.
+            while let patch = records[id]?.patch {
+                stored = try await store.update(ns, (records[id]?.location ?? fallback).path, patch, ifMatch: nil)
+                if records[id]?.patch == patch { records[id]?.patch = nil }
+            }
+        } catch {
+            if cancelling.contains(id) || stopped { return nil }
+            failed(id, error)
+            return nil
+        }
+        await finish(id, stored)
+        return stored
     }
 
     private func finish(_ id: Int64, _ stored: FileRecord) async {
