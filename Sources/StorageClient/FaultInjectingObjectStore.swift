@@ -1,4 +1,5 @@
 import Foundation
+public import NIOCore
 public import StorageProtocol
 import Synchronization
 
@@ -47,7 +48,7 @@ public final class FaultInjectingObjectStore: ObjectStore {
         state.withLock { $0.failAfter[op] = nil }
     }
 
-    /// The next `count` sends deliver half their bytes, then fail as a dropped connection.
+    /// The next `count` sends (or streamed reads) deliver half their bytes, then fail as a dropped connection.
     public func dropHalfway(_ count: Int, of op: Operation = .send) {
         state.withLock { $0.drops[op, default: 0] += count }
     }
@@ -156,5 +157,18 @@ public final class FaultInjectingObjectStore: ObjectStore {
     public func read(url: String, range: Range<Int64>?, ifMatch: String?) async throws -> ReadResult {
         try await enter(.read)
         return try await base.read(url: url, range: range, ifMatch: ifMatch)
+    }
+    /// With `dropHalfway(n, of: .read)`, a streamed read hands over half its bytes, then fails as
+    /// a dropped connection.
+    public func read(url: String, range: Range<Int64>, ifMatch: String?, consume: (ByteBuffer) throws -> Void) async throws -> Int64 {
+        try await enter(.read)
+        let result = try await base.read(url: url, range: range, ifMatch: ifMatch)
+        guard takeDrop(.read) else {
+            try consume(result.bytes)
+            return Int64(result.bytes.readableBytes)
+        }
+        let half = result.bytes.readableBytes / 2
+        if half > 0, let slice = result.bytes.getSlice(at: result.bytes.readerIndex, length: half) { try consume(slice) }
+        throw StorageError(.unavailable, "injected: connection dropped after \(half) bytes")
     }
 }

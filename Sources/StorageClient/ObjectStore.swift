@@ -58,7 +58,8 @@ extension ObjectStore {
     /// Stores without a one-request upload take the three steps.
     public func uploadDirect(_ ns: Namespace, _ request: StartUploadRequest, from source: UploadSource) async throws -> FileRecord {
         let session = try await startUpload(ns, request)
-        return try await resumeUpload(session, from: source, knownOffset: 0, options: UploadOptions(chunkSize: max(1, request.size), retry: .none))
+        return try await resumeUpload(
+            session, from: source, knownOffset: 0, options: UploadOptions(chunkSize: max(1, request.size), retry: RetryPolicy(attempts: 3, baseDelay: .milliseconds(300))))
     }
 
     /// Stores without a streaming transport read the range whole, then hand it over.

@@ -24,7 +24,7 @@ public struct MountConfiguration: Sendable {
     /// Uploads in flight at once.
     public var uploadParallelism: Int = 8
     /// Largest read-ahead window of a sequential reader, in blocks.
-    public var maxReadAheadBlocks: Int = 16
+    public var maxReadAheadBlocks: Int = 32
     /// Blocks fetched in one ranged GET at most.
     public var maxBlocksPerRequest: Int = 8
     /// Files above this go to the server in resumable chunks of this size.

@@ -51,9 +51,9 @@ struct ConfigTests {
         let dir = FileManager.default.temporaryDirectory.path + "/stowfs-config-\(UUID().uuidString.prefix(8))"
         defer { try? FileManager.default.removeItem(atPath: dir) }
         try FileManager.default.createDirectory(atPath: dir + "/xdg/stowfs", withIntermediateDirectories: true)
-        try "cache_size = \"1G\"\nparallel = 4\ntoken_file = \"token\"\n".write(toFile: dir + "/xdg/stowfs/config.toml", atomically: true, encoding: .utf8)
-        try "endpoint = \"http://system:1\"\ncache_size = \"9G\"\nattr_ttl = 30\n".write(toFile: dir + "/system.toml", atomically: true, encoding: .utf8)
-        try "  secret-from-file \n".write(toFile: dir + "/xdg/stowfs/token", atomically: true, encoding: .utf8)
+        try "cache_size = \"1G\"\nparallel = 4\ntoken_file = \"token\"\n".write(toFile: dir + "/xdg/stowfs/config.toml", atomically: false, encoding: .utf8)
+        try "endpoint = \"http://system:1\"\ncache_size = \"9G\"\nattr_ttl = 30\n".write(toFile: dir + "/system.toml", atomically: false, encoding: .utf8)
+        try "  secret-from-file \n".write(toFile: dir + "/xdg/stowfs/token", atomically: false, encoding: .utf8)
 
         let env = ["XDG_CONFIG_HOME": dir + "/xdg"]
         let s = try ResolvedSettings.resolve(flags: [.attrTTL: "1"], environment: env, systemConfigPath: dir + "/system.toml")
@@ -87,7 +87,7 @@ struct ConfigTests {
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         let path = dir + "/c.toml"
         func settings(_ text: String) throws -> ResolvedSettings {
-            try text.write(toFile: path, atomically: true, encoding: .utf8)
+            try text.write(toFile: path, atomically: false, encoding: .utf8)
             return try ResolvedSettings.resolve(flags: [:], environment: [:], configPath: path)
         }
         #expect {

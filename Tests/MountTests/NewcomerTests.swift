@@ -13,7 +13,7 @@ struct NewcomerTests {
     /// (where mount(8) looks) without touching the machine's own /sbin.
     static func inMountNamespace(_ m: MountedFS, _ script: String) throws -> (status: Int32, out: String) {
         let path = m.root + "/script.sh"
-        try script.write(toFile: path, atomically: true, encoding: .utf8)
+        try script.write(toFile: path, atomically: false, encoding: .utf8)
         return try m.run("/usr/bin/unshare", ["--mount", "--propagation", "private", "/bin/bash", path])
     }
 
@@ -35,7 +35,7 @@ struct NewcomerTests {
         for helper in ["mount.fuse.stowfs", "umount.fuse.stowfs"] {
             try FileManager.default.copyItem(atPath: Self.repoRoot + "/mount-helpers/" + helper, toPath: sbin + "/" + helper)
         }
-        try MountedFS.token.write(toFile: m.root + "/token", atomically: true, encoding: .utf8)
+        try MountedFS.token.write(toFile: m.root + "/token", atomically: false, encoding: .utf8)
         let data = (0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 2_654_435_761 >> 7) }
         _ = FileManager.default.createFile(atPath: m.root + "/work/src.bin", contents: Data(data))
         let mnt = m.mountpoint
@@ -142,7 +142,7 @@ struct NewcomerTests {
             (
                 "mountpoint not empty",
                 {
-                    try "x".write(toFile: m.root + "/work/file", atomically: true, encoding: .utf8)
+                    try "x".write(toFile: m.root + "/work/file", atomically: false, encoding: .utf8)
                     return try mount(["there", m.root + "/work"] + server)
                 }, ["not empty", "nonempty"]
             ),

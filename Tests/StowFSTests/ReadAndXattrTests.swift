@@ -35,6 +35,30 @@ struct ReadAndXattrTests {
         }
     }
 
+    @Test("a read whose connection drops midway goes on from the first missing block; two readers share each fetch")
+    func droppedRead() async throws {
+        let content = Self.bytes(100_000)
+        let base = InMemoryObjectStore(namespaces: [ns])
+        _ = try await base.upload(.bytes(ByteBuffer(bytes: content)), size: Int64(content.count), to: ns, try StoragePath("big.bin"))
+        let store = FaultInjectingObjectStore(wrapping: base)
+        try await withEngine(store: store) { h in
+            store.dropHalfway(3, of: .read)
+            let got = try await h.read("big.bin")
+            #expect(got == content)
+            // Each drop costs one more GET for what was missing, never a failed read.
+            #expect(store.calls(of: .read) <= 25 / 8 + 8 + 3)
+        }
+        // Two readers at once, cold: every block comes once.
+        let fresh = FaultInjectingObjectStore(wrapping: base)
+        try await withEngine(store: fresh) { h in
+            async let a = h.read("big.bin")
+            async let b = h.read("big.bin")
+            let (x, y) = try await (a, b)
+            #expect(x == content && y == content)
+            #expect(fresh.calls(of: .read) <= 25 / 8 + 8)
+        }
+    }
+
     @Test("a file changed on the server is read as the new version, never mixed with the old")
     func changedRemotely() async throws {
         let base = InMemoryObjectStore(namespaces: [ns])

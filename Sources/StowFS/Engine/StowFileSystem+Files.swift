@@ -278,6 +278,7 @@ extension StowFileSystem {
         write: (ByteBuffer, Int64) throws(FSError) -> Void
     ) async throws(FSError) {
         var resume = range.lowerBound
+        var fruitless = 0
         while resume < range.upperBound {
             let start = resume
             var offset = start
@@ -293,8 +294,11 @@ extension StowFileSystem {
                 resume = written(range.upperBound)
                 return
             } catch {
-                // The store retried what failed before any byte came; here, go on while bytes come.
-                guard case .io(let why) = error, !why.hasPrefix("changed:"), resume > start else { throw error }
+                // A connection lost midway: ask again from the first missing block, as long as
+                // tries make progress (three in a row without a new block end it).
+                fruitless = resume > start ? 0 : fruitless + 1
+                guard case .io(let why) = error, !why.hasPrefix("changed:"), !why.contains("deleted on the server"), fruitless < 3 else { throw error }
+                if fruitless > 0 { try? await Task.sleep(for: .milliseconds(100 * fruitless)) }
             }
         }
     }

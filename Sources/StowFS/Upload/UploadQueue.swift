@@ -360,11 +360,8 @@ public actor UploadQueue {
                     let request = StartUploadRequest(fileName: r.location.path.string, contentType: contentType, size: r.size, tags: tags, params: params)
                     let stored: FileRecord
                     do {
-                        let (store, source) = (self.store, UploadSource.file(path: r.cacheFile))
-                        // Sending it again is harmless (the same content to the same path), so it is retried as a whole.
-                        stored = try await RetryPolicy(attempts: 3, baseDelay: .milliseconds(300)).run {
-                            try await store.uploadDirect(ns, request, from: source)
-                        }
+                        // A failure is retried by the queue's back-off, as a whole (the same bytes to the same path).
+                        stored = try await store.uploadDirect(ns, request, from: .file(path: r.cacheFile))
                     } catch {
                         starting.remove(id)
                         throw error
