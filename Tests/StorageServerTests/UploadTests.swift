@@ -110,6 +110,30 @@ struct UploadTests {
             #expect(try await s.admin.get("big.bin") == bytes)
             #expect(ticks.last == 1_000_000)
             #expect(ticks.count >= 4)
+            // The SHA-256 carried from chunk to chunk is the file's.
+            #expect(record.sha256 == SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined())
+        }
+    }
+
+    @Test("chunks of uneven sizes, one of them sent chunked without a length, resumed from HEAD's offset: the SHA-256 carried across is the file's")
+    func chunkDigest() async throws {
+        try await withServer { s in
+            let bytes = randomBytes(3_000_000, seed: 9)
+            let session = try await s.admin.startUpload(testNamespace, StartUploadRequest(fileName: "resumed.bin", size: 3_000_000))
+            _ = try await s.admin.send(session, from: .bytes(ByteBuffer(bytes: bytes)), offset: 0, end: 1_000_000, progress: nil)
+            // A PATCH without Content-Length (chunked transfer encoding), by hand.
+            let link = session.upload.url
+            let middle = try? await s.raw.send(
+                "PATCH", link, token: nil,
+                headers: [("Tus-Resumable", "1.0.0"), ("Upload-Offset", "1000000"), ("Content-Type", "application/offset+octet-stream")],
+                body: Data(bytes[1_000_000..<1_500_000]), chunked: true)
+            #expect(middle?.status == 204)
+            var offset = try await s.admin.uploadedBytes(session)
+            #expect(offset == 1_500_000)
+            offset = try await s.admin.send(session, from: .bytes(ByteBuffer(bytes: bytes)), offset: offset, end: 3_000_000, progress: nil)
+            let record = try await s.admin.completeUpload(session)
+            #expect(record.sha256 == SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined())
+            #expect(try await s.admin.get("resumed.bin") == bytes)
         }
     }
 

@@ -267,7 +267,12 @@ extension StowService {
                 throw APIError(.contentTooLarge, .payloadTooLarge, "this chunk would take the upload past its \(upload.size) bytes")
             }
             var writer = try await blobs.openStaged(upload.id, at: offset)
-            var whole = offset == 0 ? SHA256() : nil
+            // The whole file's SHA-256 goes on from the last chunk, hashed on another thread in
+            // batches of 1 MiB while the next bytes are written.
+            let whole = activeUploads.runningDigest(upload.id, at: offset)
+            var hashing: Task<Void, Never>?
+            var batch: [ByteBuffer] = []
+            var batchBytes = 0
             var chunk = checksum.map { ChunkHasher(algorithm: $0.algorithm) }
             var failure: (any Error)?
             do {
@@ -275,7 +280,17 @@ extension StowService {
                     guard writer.offset + Int64(buffer.readableBytes) <= upload.size else {
                         throw APIError(.contentTooLarge, .payloadTooLarge, "the body is longer than the \(upload.size) bytes declared")
                     }
-                    whole?.update(data: buffer.readableBytesView)
+                    if let whole {
+                        batch.append(buffer)
+                        batchBytes += buffer.readableBytes
+                        if batchBytes >= 1 << 20 {
+                            await hashing?.value
+                            let ready = batch
+                            hashing = Task { whole.update(ready) }
+                            batch.removeAll(keepingCapacity: true)
+                            batchBytes = 0
+                        }
+                    }
                     chunk?.update(buffer.readableBytesView)
                     try await writer.write(buffer)
                 }
@@ -285,6 +300,8 @@ extension StowService {
                 // The client went away mid-body (a cancelled or broken upload): what arrived is kept.
                 failure = APIError(.badRequest, .sizeMismatch, "the body broke off after \(writer.offset - offset) bytes: \(error)")
             }
+            await hashing?.value
+            whole?.update(batch)
             let end: Int64
             do {
                 end = try await writer.finish()
@@ -298,14 +315,17 @@ extension StowService {
                     try await blobs.truncateStaged(upload.id, to: offset)
                 }
                 activeUploads.setDigest(upload.id, bytes: 0, sha256: nil)
+                activeUploads.dropRunningDigest(upload.id)
                 throw failure
             }
             if let checksum, let chunk, chunk.digest() != checksum.digest {
+                activeUploads.dropRunningDigest(upload.id)
                 try await blobs.truncateStaged(upload.id, to: offset)
                 throw APIError(APIError.checksumStatus, .checksumMismatch, "the chunk's \(checksum.algorithm) does not match Upload-Checksum; it was discarded")
             }
-            if let whole, end == upload.size {
-                activeUploads.setDigest(upload.id, bytes: end, sha256: whole.finalize().map { String(format: "%02x", $0) }.joined())
+            if let whole, whole.bytes != end { activeUploads.dropRunningDigest(upload.id) }
+            if let whole, end == upload.size, whole.bytes == end {
+                activeUploads.setDigest(upload.id, bytes: end, sha256: whole.hex())
             }
             return end
         }

@@ -1,15 +1,20 @@
+import Crypto
+import Foundation
+import NIOCore
 import StorageProtocol
 import Synchronization
 
-/// Uploads being written right now: one writer at a time per upload, and the SHA-256 of uploads
-/// whose bytes all arrived in one request (so that complete need not read the file again).
+/// Uploads being written right now: one writer at a time per upload, the SHA-256 of uploads whose
+/// bytes all arrived (so that complete need not read the file again), and the running SHA-256 of
+/// an upload sent in tus chunks, carried from one chunk to the next.
 ///
-/// The digest is only an optimisation: it is kept in memory, and complete hashes the file when it
-/// is missing (after a restart, or when the bytes came in several tus chunks).
+/// The digests are only an optimisation: they are kept in memory, and complete hashes the file
+/// when one is missing (after a restart, or after a chunk that broke off).
 final class ActiveUploads: Sendable {
     private struct State {
         var busy: Set<String> = []
         var digests: [String: (bytes: Int64, sha256: String)] = [:]
+        var running: [String: RunningDigest] = [:]
     }
 
     private let state = Mutex(State())
@@ -41,7 +46,55 @@ final class ActiveUploads: Sendable {
         state.withLock { s in s.digests[id] = sha256.map { (bytes, $0) } }
     }
 
+    /// The running digest to go on with for a body written at `offset`: a new one at 0, the kept
+    /// one when it covers exactly the bytes before `offset`, else nil (complete will hash the file).
+    func runningDigest(_ id: String, at offset: Int64) -> RunningDigest? {
+        state.withLock { s in
+            if offset == 0 {
+                let d = RunningDigest()
+                s.running[id] = d
+                return d
+            }
+            guard let d = s.running[id], d.bytes == offset else {
+                s.running[id] = nil
+                return nil
+            }
+            return d
+        }
+    }
+
+    /// The running digest no longer matches the file (a body broke off or was cut back).
+    func dropRunningDigest(_ id: String) {
+        state.withLock { _ = $0.running.removeValue(forKey: id) }
+    }
+
     func forget(_ id: String) {
-        state.withLock { _ = $0.digests.removeValue(forKey: id) }
+        state.withLock { s in
+            s.digests[id] = nil
+            s.running[id] = nil
+        }
+    }
+}
+
+/// A SHA-256 being computed over an upload's bytes, in order, possibly over several requests and
+/// on another thread than the one receiving (the `Mutex` makes the hasher safe to share).
+final class RunningDigest: Sendable {
+    private let state = Mutex((hasher: SHA256(), bytes: Int64(0)))
+
+    /// How many bytes went in so far.
+    var bytes: Int64 { state.withLock { $0.bytes } }
+
+    func update(_ buffers: [ByteBuffer]) {
+        state.withLock { s in
+            for b in buffers {
+                s.hasher.update(data: b.readableBytesView)
+                s.bytes += Int64(b.readableBytes)
+            }
+        }
+    }
+
+    /// The hex digest of everything so far.
+    func hex() -> String {
+        state.withLock { s in s.hasher.finalize().map { String(format: "%02x", $0) }.joined() }
     }
 }
