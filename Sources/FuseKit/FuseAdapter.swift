@@ -84,6 +84,16 @@ final class FuseAdapter: Sendable {
             c.mtime = .set(FuseConversions.time(attr.st_mtim))
         }
         let changes = c
+        // A file being written here (tar's fchown, fchmod, futimens before close): answered at once.
+        do throws(FSError) {
+            if let attributes = try engine.setattrHere(ino, changes) {
+                req.reply(attributes: attributes, ttl: attributeTTL)
+                return
+            }
+        } catch {
+            req.reply(error: error)
+            return
+        }
         respond(req, { () async throws(FSError) -> FileAttributes in try await self.engine.setattr(ino, changes, handle: handle) }) {
             $0.reply(attributes: $1, ttl: self.attributeTTL)
         }

@@ -23,6 +23,13 @@ final class InodeLocks: Sendable {
         try await withLocks([ino], body)
     }
 
+    /// Runs `body` if the inode's lock is free now, without waiting; nil when it is held.
+    func ifFree<T, E: Error>(_ ino: InodeNumber, _ body: () throws(E) -> T) throws(E) -> T? {
+        guard state.withLock({ $0.held.insert(ino).inserted }) else { return nil }
+        defer { unlock(ino) }
+        return try body()
+    }
+
     private func lock(_ ino: InodeNumber) async {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
             let now = state.withLock { s -> Bool in

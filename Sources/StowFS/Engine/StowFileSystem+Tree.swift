@@ -362,6 +362,34 @@ extension StowFileSystem {
             return try state.withLock { (s: inout State) throws(FSError) in try inode(s, ino).attributes }
         }
         let now = TimeSpec.now
+        let patch = Self.patch(changes, now: now)
+        try await lockedInode(ino) { () async throws(FSError) in try await self.applyAttributes(ino, patch, now: now) }
+        return try state.withLock { (s: inout State) throws(FSError) in try inode(s, ino).attributes }
+    }
+
+    /// chmod, chown and utimens of a file being written here (its changed content not handed to
+    /// the queue yet), answered at once: the upload to come takes the attributes as they are, as
+    /// `setattr` would decide after its waits. nil when the case needs `setattr` (a size, a stored
+    /// or queued file, the inode's lock held).
+    public func setattrHere(_ ino: InodeNumber, _ changes: AttributeChanges) throws(FSError) -> FileAttributes? {
+        guard !configuration.readOnly else { throw FSError.readOnly }
+        guard changes.size == nil, changes.mode != nil || changes.uid != nil || changes.gid != nil || changes.atime != nil || changes.mtime != nil else {
+            return nil
+        }
+        let now = TimeSpec.now
+        let patch = Self.patch(changes, now: now)
+        return try inodeLocks.ifFree(ino) { () throws(FSError) -> FileAttributes? in
+            try state.withLock { (s: inout State) throws(FSError) -> FileAttributes? in
+                var e = try inode(s, ino)
+                guard e.hasLocalState, e.local?.dirty == true else { return nil }
+                apply(patch, to: &e, now: now)
+                s.inodes[ino] = e
+                return e.attributes
+            }
+        } ?? nil
+    }
+
+    static func patch(_ changes: AttributeChanges, now: TimeSpec) -> FilePatch {
         func resolve(_ c: AttributeChanges.TimeChange?) -> TimeSpec? {
             switch c {
             case .none: nil
@@ -369,11 +397,19 @@ extension StowFileSystem {
             case .set(let t): t
             }
         }
-        let patch = FilePatch(
+        return FilePatch(
             mode: changes.mode.map { $0 & 0o7777 }, uid: changes.uid, gid: changes.gid, atimeNs: resolve(changes.atime)?.nanoseconds,
             mtimeNs: resolve(changes.mtime)?.nanoseconds)
-        try await lockedInode(ino) { () async throws(FSError) in try await self.applyAttributes(ino, patch, now: now) }
-        return try state.withLock { (s: inout State) throws(FSError) in try inode(s, ino).attributes }
+    }
+
+    func apply(_ patch: FilePatch, to e: inout InodeEntry, now: TimeSpec) {
+        if let m = patch.mode { e.attributes.mode = m }
+        if let u = patch.uid { e.attributes.uid = u }
+        if let g = patch.gid { e.attributes.gid = g }
+        if let a = patch.atimeNs { e.attributes.atime = TimeSpec(nanoseconds: a) }
+        if let m = patch.mtimeNs { e.attributes.mtime = TimeSpec(nanoseconds: m) }
+        e.attributes.ctime = now
+        e.changedAt = .now
     }
 
     /// Runs `body` holding the inode's lock, with typed errors.
@@ -392,13 +428,7 @@ extension StowFileSystem {
     private func applyAttributes(_ ino: InodeNumber, _ patch: FilePatch, now: TimeSpec) async throws(FSError) {
         let (owed, location, local) = try state.withLock { (s: inout State) throws(FSError) -> ([Int64], Location, Bool) in
             var e = try inode(s, ino)
-            if let m = patch.mode { e.attributes.mode = m }
-            if let u = patch.uid { e.attributes.uid = u }
-            if let g = patch.gid { e.attributes.gid = g }
-            if let a = patch.atimeNs { e.attributes.atime = TimeSpec(nanoseconds: a) }
-            if let m = patch.mtimeNs { e.attributes.mtime = TimeSpec(nanoseconds: m) }
-            e.attributes.ctime = now
-            e.changedAt = .now
+            apply(patch, to: &e, now: now)
             s.inodes[ino] = e
             return (e.owedUploads + (e.local?.heldUpload.map { [$0] } ?? []), try self.location(s, ino), e.hasLocalState)
         }
