@@ -16,7 +16,8 @@ public protocol BlobStore: Sendable {
     func openStaged(_ id: String, at offset: Int64) async throws -> any StagedWriter
     /// Cuts an upload's staging file back to `size` bytes (a chunk that failed its checksum).
     func truncateStaged(_ id: String, to size: Int64) async throws
-    /// Moves an upload's staging file to its blob path, durably.
+    /// Moves an upload's staging file to its blob path, durably. The staging file must have been
+    /// fsynced by its writer (`finish` does it).
     func publish(_ id: String) async throws
     func blobSize(_ id: String) async throws -> Int64?
     /// Hands the bytes of a blob in `range` to `consume`, chunk by chunk (at the consumer's pace).

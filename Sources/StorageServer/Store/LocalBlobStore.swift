@@ -59,7 +59,8 @@ public final class LocalBlobStore: BlobStore {
         let target = dir + "/" + id
         try await NIOThreadPool.singleton.runIfActive {
             try Posix.makeDirectoryDurably(dir)
-            try Posix.fsync(path: source)
+            // No fsync of the file here: every writer of a staging file fsyncs it before its
+            // request answers (`finish`, `truncateStaged`, `makeBlob`), so it is durable already.
             try Posix.rename(source, target)
             try Posix.fsyncDirectory(dir)
         }
