@@ -360,12 +360,8 @@ public final class HTTPObjectStore: ObjectStore {
     }
 
     public func read(url: String, range: Range<Int64>?, ifMatch: String?) async throws -> ReadResult {
-        var headers: [(String, String)] = []
-        if let range {
-            guard !range.isEmpty else { return ReadResult(bytes: ByteBuffer(), etag: nil, totalSize: nil) }
-            headers.append(("Range", "bytes=\(range.lowerBound)-\(range.upperBound - 1)"))
-        }
-        if let ifMatch { headers.append(("If-Match", "\"\(ifMatch)\"")) }
+        if let range, range.isEmpty { return ReadResult(bytes: ByteBuffer(), etag: nil, totalSize: nil) }
+        let headers = Self.readHeaders(range, ifMatch: ifMatch)
         let limit = range.map { Int($0.count) + 1024 } ?? (1 << 30)
         let answer = try await execute(makeRequest(.GET, url, headers: headers, authorized: false), maxBody: limit, timeout: .seconds(600))
         guard answer.status == 200 || answer.status == 206 else { throw error(for: answer) }
@@ -386,13 +382,20 @@ public final class HTTPObjectStore: ObjectStore {
         return ReadResult(bytes: bytes, etag: etag, totalSize: total)
     }
 
+    /// `Range` (a non-empty range) and `If-Match` of a read.
+    static func readHeaders(_ range: Range<Int64>?, ifMatch: String?) -> [(String, String)] {
+        var headers: [(String, String)] = []
+        if let range { headers.append(("Range", "bytes=\(range.lowerBound)-\(range.upperBound - 1)")) }
+        if let ifMatch { headers.append(("If-Match", "\"\(ifMatch)\"")) }
+        return headers
+    }
+
     /// Streams the range as it arrives: each chunk of the response goes to `consume` without
     /// collecting the body (a cold sequential read moves hundreds of MiB this way). Retries
     /// transient failures only while nothing was handed over.
     public func read(url: String, range: Range<Int64>, ifMatch: String?, consume: (ByteBuffer) throws -> Void) async throws -> Int64 {
         guard !range.isEmpty else { return 0 }
-        var headers = [("Range", "bytes=\(range.lowerBound)-\(range.upperBound - 1)")]
-        if let ifMatch { headers.append(("If-Match", "\"\(ifMatch)\"")) }
+        let headers = Self.readHeaders(range, ifMatch: ifMatch)
         let policy = configuration.retry
         var attempt = 1
         while true {

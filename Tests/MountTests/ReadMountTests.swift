@@ -9,12 +9,7 @@ struct ReadMountTests {
     @Test("a file stored on the server reads back whole, cold after a remount and warm after")
     func read() async throws {
         try await withMount { m in
-            try m.sh("head -c 20000000 /dev/urandom > data.bin")
-            let local = try m.sh("sha256sum < data.bin | cut -d' ' -f1")
-            // Put it on the server directly, not through the mount.
-            try await m.withClient { c in
-                _ = try await c.upload(.file(path: m.root + "/work/data.bin"), size: 20_000_000, to: m.namespace, try StoragePath("remote/data.bin"))
-            }
+            let local = try await storeDirectly(m, bytes: 20_000_000, at: "remote/data.bin")
             #expect(try m.sh("sha256sum < \(m.mountpoint)/remote/data.bin | cut -d' ' -f1") == local)
             try m.unmountFS()
             try m.mountFS()
@@ -33,11 +28,7 @@ struct ReadMountTests {
     @Test("a cold sequential read fetches every byte once, even with two readers at the same time")
     func fetchedOnce() async throws {
         try await withMount { m in
-            try m.sh("head -c 48000000 /dev/urandom > data.bin")
-            let local = try m.sh("sha256sum < data.bin | cut -d' ' -f1")
-            try await m.withClient { c in
-                _ = try await c.upload(.file(path: m.root + "/work/data.bin"), size: 48_000_000, to: m.namespace, try StoragePath("data.bin"))
-            }
+            let local = try await storeDirectly(m, bytes: 48_000_000, at: "data.bin")
             for readers in [1, 2] {
                 try m.unmountFS()
                 try m.mountFS()
@@ -49,6 +40,16 @@ struct ReadMountTests {
                 #expect(try bytesSent(m) - before == 48_000_000, "\(readers) reader(s)")
             }
         }
+    }
+
+    /// Puts `bytes` random bytes on the server at `path` directly, not through the mount (a copy
+    /// stays in the work folder as data.bin); returns their SHA-256.
+    func storeDirectly(_ m: MountedFS, bytes: Int, at path: String) async throws -> String {
+        try m.sh("head -c \(bytes) /dev/urandom > data.bin")
+        try await m.withClient { c in
+            _ = try await c.upload(.file(path: m.root + "/work/data.bin"), size: Int64(bytes), to: m.namespace, try StoragePath(path))
+        }
+        return try m.sh("sha256sum < data.bin | cut -d' ' -f1")
     }
 
     /// Bytes stowd has sent so far (its Prometheus counter).

@@ -9,11 +9,17 @@ import Testing
 struct ReadAndXattrTests {
     static func bytes(_ n: Int) -> [UInt8] { (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 8) } }
 
-    @Test("a stored file reads back byte for byte, in any order, with few requests")
-    func blockReads() async throws {
-        let content = Self.bytes(100_000)
+    /// A server holding `big.bin` (100 KB), and its content.
+    static func storedBig() async throws -> ([UInt8], InMemoryObjectStore) {
+        let content = bytes(100_000)
         let base = InMemoryObjectStore(namespaces: [ns])
         _ = try await base.upload(.bytes(ByteBuffer(bytes: content)), size: Int64(content.count), to: ns, try StoragePath("big.bin"))
+        return (content, base)
+    }
+
+    @Test("a stored file reads back byte for byte, in any order, with few requests")
+    func blockReads() async throws {
+        let (content, base) = try await Self.storedBig()
         let store = FaultInjectingObjectStore(wrapping: base)
         try await withEngine(store: store) { h in
             #expect(try await h.read("big.bin") == content)
@@ -37,9 +43,7 @@ struct ReadAndXattrTests {
 
     @Test("a read whose connection drops midway goes on from the first missing block; two readers share each fetch")
     func droppedRead() async throws {
-        let content = Self.bytes(100_000)
-        let base = InMemoryObjectStore(namespaces: [ns])
-        _ = try await base.upload(.bytes(ByteBuffer(bytes: content)), size: Int64(content.count), to: ns, try StoragePath("big.bin"))
+        let (content, base) = try await Self.storedBig()
         let store = FaultInjectingObjectStore(wrapping: base)
         try await withEngine(store: store) { h in
             store.dropHalfway(3, of: .read)

@@ -314,7 +314,6 @@ extension StowService {
                 if let api = failure as? APIError, api.code == .payloadTooLarge {
                     try await blobs.truncateStaged(upload.id, to: offset)
                 }
-                activeUploads.setDigest(upload.id, bytes: 0, sha256: nil)
                 activeUploads.dropRunningDigest(upload.id)
                 throw failure
             }
@@ -324,9 +323,6 @@ extension StowService {
                 throw APIError(APIError.checksumStatus, .checksumMismatch, "the chunk's \(checksum.algorithm) does not match Upload-Checksum; it was discarded")
             }
             if let whole, whole.bytes != end { activeUploads.dropRunningDigest(upload.id) }
-            if let whole, end == upload.size, whole.bytes == end {
-                activeUploads.setDigest(upload.id, bytes: end, sha256: whole.hex())
-            }
             return end
         }
     }

@@ -4,16 +4,15 @@ import NIOCore
 import StorageProtocol
 import Synchronization
 
-/// Uploads being written right now: one writer at a time per upload, the SHA-256 of uploads whose
-/// bytes all arrived (so that complete need not read the file again), and the running SHA-256 of
-/// an upload sent in tus chunks, carried from one chunk to the next.
+/// Uploads being written right now: one writer at a time per upload, and the running SHA-256 of
+/// each upload's bytes, carried from one request (tus chunk) to the next, so that complete need
+/// not read the file again.
 ///
-/// The digests are only an optimisation: they are kept in memory, and complete hashes the file
-/// when one is missing (after a restart, or after a chunk that broke off).
+/// The digest is only an optimisation: it is kept in memory, and complete hashes the file when it
+/// is missing (after a restart, or after a chunk that broke off).
 final class ActiveUploads: Sendable {
     private struct State {
         var busy: Set<String> = []
-        var digests: [String: (bytes: Int64, sha256: String)] = [:]
         var running: [String: RunningDigest] = [:]
     }
 
@@ -35,15 +34,10 @@ final class ActiveUploads: Sendable {
         return try await body()
     }
 
+    /// The SHA-256 of the upload's first `bytes` bytes, when its running digest covers exactly those.
     func digest(_ id: String, bytes: Int64) -> String? {
-        state.withLock { s in
-            guard let d = s.digests[id], d.bytes == bytes else { return nil }
-            return d.sha256
-        }
-    }
-
-    func setDigest(_ id: String, bytes: Int64, sha256: String?) {
-        state.withLock { s in s.digests[id] = sha256.map { (bytes, $0) } }
+        guard let d = state.withLock({ $0.running[id] }), d.bytes == bytes else { return nil }
+        return d.hex()
     }
 
     /// The running digest to go on with for a body written at `offset`: a new one at 0, the kept
@@ -69,10 +63,7 @@ final class ActiveUploads: Sendable {
     }
 
     func forget(_ id: String) {
-        state.withLock { s in
-            s.digests[id] = nil
-            s.running[id] = nil
-        }
+        state.withLock { _ = $0.running.removeValue(forKey: id) }
     }
 }
 

@@ -78,16 +78,6 @@ public final class BlockCache: Sendable {
         }
     }
 
-    /// Stores fetched bytes that start at block `first` (whole blocks, the last may be short).
-    public func store<Bytes: Collection & Sendable>(etag: String, firstBlock first: Int64, bytes: Bytes) throws(FSError) where Bytes.Element == UInt8 {
-        let file = try file(etag: etag)
-        try file.write(bytes, at: first * Int64(blockSize))
-        let count = (bytes.count + blockSize - 1) / blockSize
-        for k in 0..<count {
-            didStore(etag: etag, file: file, block: first + Int64(k), length: min(blockSize, bytes.count - k * blockSize))
-        }
-    }
-
     /// The file that holds the blocks of `etag` (created on first use): a fetch writes into it at
     /// `block × blockSize`, then calls `didStore` for each whole block.
     public func file(etag: String) throws(FSError) -> CacheFile {

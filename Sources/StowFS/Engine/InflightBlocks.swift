@@ -43,8 +43,4 @@ final class InflightBlocks: Sendable {
         let waiters = claims.withLock { c in c.removeValue(forKey: Key(etag: etag, index: block)) ?? [] }
         for k in waiters { k.resume() }
     }
-
-    func isClaimed(etag: String, block: Int64) -> Bool {
-        claims.withLock { $0[Key(etag: etag, index: block)] != nil }
-    }
 }
