@@ -18,6 +18,11 @@ public struct ServerConfiguration: Sendable {
     public var gcInterval: Duration = .seconds(60)
     /// The largest upload accepted, in bytes.
     public var maxUploadSize: Int64 = 1 << 40
+    /// Files up to this size sent with a direct upload are kept inside the database, written in
+    /// the transaction that records them (at most `ServerConfiguration.inlineCeiling`; 0: never).
+    public var inlineLimit: Int64 = 64 << 10
+    /// The largest inline blob there can be: readers look for inline bytes only for files up to this size.
+    public static let inlineCeiling: Int64 = 1 << 20
     /// The largest JSON body accepted, in bytes.
     public var maxJSONBody: Int = 1 << 20
     /// The longest validity a signed download URL may be given, in seconds.

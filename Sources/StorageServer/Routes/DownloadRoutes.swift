@@ -66,11 +66,12 @@ extension StowService {
         let length = range.upperBound - range.lowerBound
         headers[.contentLength] = String(length)
         if request.method == .head { return Response(status: status, headers: headers) }
+        let source = try await locateBlob(blob, size: size)
         let blobs = self.blobs, metrics = self.metrics, bytes = range
         return Response(
             status: status, headers: headers,
             body: ResponseBody(contentLength: Int(length)) { writer in
-                try await blobs.read(blob, range: bytes) { chunk in
+                try await source.read(bytes, from: blobs) { chunk in
                     try await writer.write(chunk)
                     metrics.bytesSent.increment(by: Int64(chunk.readableBytes))
                 }

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -111,12 +112,24 @@ extension StowService {
             }
             if size != node.inode.size {
                 let id = Self.newID()
-                let digest = try await blobs.makeBlob(id, fromPrefixOf: blob, size: size)
-                do {
-                    _ = try await store.swapBlob(ns, path, expectedBlob: blob, newBlob: BlobInfo(id: id, size: size, sha256: digest), mtimeNs: patch.mtimeNs)
-                } catch {
-                    try? await blobs.deleteBlob(id)
-                    throw error
+                let source = try await locateBlob(blob, size: node.inode.size)
+                if size <= inlineLimit {
+                    // Small enough to keep in the database: made in memory, stored with the swap.
+                    var bytes = Data(capacity: Int(size))
+                    try await source.read(0..<min(size, node.inode.size), from: blobs) { bytes.append(contentsOf: $0.readableBytesView) }
+                    bytes.append(Data(count: Int(size) - bytes.count))
+                    let digest = SHA256.hash(data: bytes).hexString
+                    _ = try await store.swapBlob(
+                        ns, path, expectedBlob: blob, newBlob: BlobInfo(id: id, size: size, sha256: digest), inline: bytes, mtimeNs: patch.mtimeNs)
+                } else {
+                    let digest = try await blobs.makeBlob(id, fromPrefixOf: source, size: size)
+                    do {
+                        _ = try await store.swapBlob(
+                            ns, path, expectedBlob: blob, newBlob: BlobInfo(id: id, size: size, sha256: digest), inline: nil, mtimeNs: patch.mtimeNs)
+                    } catch {
+                        try? await blobs.deleteBlob(id)
+                        throw error
+                    }
                 }
                 ifMatch = nil
             }

@@ -58,9 +58,13 @@ extension StowService {
         if let declared = request.headers[.contentLength].flatMap({ Int64($0) }), declared != body.size {
             throw APIError(.badRequest, .sizeMismatch, "Content-Length is \(declared) but the declaration says size \(body.size)")
         }
-        let upload = try await createUpload(
+        let declared = try await declareUpload(
             ns: ns, path: try StoragePath(body.fileName), size: body.size, contentType: body.contentType, tags: body.tags,
             params: body.params ?? UploadParams(), autoComplete: false)
+        if declared.size <= inlineLimit {
+            return json(record(try await storeInline(request, declared), base: baseURL(request)), status: .created)
+        }
+        let upload = try await createUpload(declared)
         do {
             let end = try await receive(request, into: upload, at: 0, checksum: nil)
             guard end == upload.size else {
@@ -78,8 +82,53 @@ extension StowService {
         }
     }
 
+    /// A small direct upload: the body is gathered in memory, and its bytes and the file's record
+    /// are stored in one transaction (no upload session, no staging file). All or nothing.
+    func storeInline(_ request: Request, _ upload: UploadRecord) async throws -> Node {
+        var bytes = Data(capacity: Int(upload.size))
+        do {
+            for try await buffer in request.body {
+                guard bytes.count + buffer.readableBytes <= upload.size else {
+                    throw APIError(.contentTooLarge, .payloadTooLarge, "the body is longer than the \(upload.size) bytes declared")
+                }
+                bytes.append(contentsOf: buffer.readableBytesView)
+            }
+        } catch let e as APIError {
+            throw e
+        } catch {
+            throw APIError(.badRequest, .sizeMismatch, "the body broke off after \(bytes.count) bytes: \(error)")
+        }
+        metrics.bytesReceived.increment(by: Int64(bytes.count))
+        guard bytes.count == upload.size else {
+            throw APIError(.badRequest, .sizeMismatch, "received \(bytes.count) of the \(upload.size) bytes declared")
+        }
+        let digest = SHA256.hash(data: bytes).hexString
+        if let expected = upload.params.sha256, expected.lowercased() != digest {
+            throw APIError(APIError.checksumStatus, .checksumMismatch, "the content's SHA-256 is \(digest), not \(expected)")
+        }
+        let node = try await store.publishInline(upload, blob: BlobInfo(id: upload.id, size: upload.size, sha256: digest), bytes: bytes)
+        metrics.uploadsStarted.increment()
+        metrics.uploadsCompleted.increment()
+        return node
+    }
+
     /// Validates an upload's declaration and records the session.
     func createUpload(
+        id: String = StowService.newID(), ns: Namespace, path: StoragePath, size: Int64, contentType: String?, tags: [String]?, params: UploadParams, autoComplete: Bool
+    ) async throws -> UploadRecord {
+        try await createUpload(
+            declareUpload(id: id, ns: ns, path: path, size: size, contentType: contentType, tags: tags, params: params, autoComplete: autoComplete))
+    }
+
+    /// Records a validated upload session.
+    func createUpload(_ upload: UploadRecord) async throws -> UploadRecord {
+        try await store.createUpload(upload)
+        metrics.uploadsStarted.increment()
+        return upload
+    }
+
+    /// Validates an upload's declaration; nothing is recorded.
+    func declareUpload(
         id: String = StowService.newID(), ns: Namespace, path: StoragePath, size: Int64, contentType: String?, tags: [String]?, params: UploadParams, autoComplete: Bool
     ) async throws -> UploadRecord {
         guard size >= 0 else { throw APIError.badRequest("`size` must be zero or more") }
@@ -107,8 +156,6 @@ extension StowService {
             id: id, namespace: ns, path: path, size: size, contentType: contentType ?? ContentTypes.infer(fileName: path.name),
             tags: tags, params: params, createdNs: now, expiresAt: now / 1_000_000_000 + config.uploadLinkLifetime, state: .open,
             resultInode: nil, autoComplete: autoComplete)
-        try await store.createUpload(upload)
-        metrics.uploadsStarted.increment()
         return upload
     }
 

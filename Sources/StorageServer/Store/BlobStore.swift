@@ -22,8 +22,9 @@ public protocol BlobStore: Sendable {
     func blobSize(_ id: String) async throws -> Int64?
     /// Hands the bytes of a blob in `range` to `consume`, chunk by chunk (at the consumer's pace).
     func read(_ id: String, range: Range<Int64>, into consume: (ByteBuffer) async throws -> Void) async throws
-    /// Writes a blob from the first `size` bytes of another (zeros past its end), for truncate.
-    func makeBlob(_ id: String, fromPrefixOf source: String, size: Int64) async throws -> String
+    /// Writes a blob from the first `size` bytes of another (zeros past its end), for truncate;
+    /// returns its SHA-256 (hex).
+    func makeBlob(_ id: String, fromPrefixOf source: BlobBytes, size: Int64) async throws -> String
     /// SHA-256 (hex) of an upload's staging file, or of a blob.
     func sha256(ofStaged id: String) async throws -> String
     func deleteStaged(_ id: String) async throws

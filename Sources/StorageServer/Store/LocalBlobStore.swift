@@ -75,20 +75,21 @@ public final class LocalBlobStore: BlobStore {
         }
     }
 
-    public func makeBlob(_ id: String, fromPrefixOf source: String, size: Int64) async throws -> String {
-        let sourceSize = try await blobSize(source) ?? 0
+    public func makeBlob(_ id: String, fromPrefixOf source: BlobBytes, size: Int64) async throws -> String {
+        let sourceSize: Int64
+        switch source {
+        case .inline(let data): sourceSize = Int64(data.count)
+        case .stored(let sourceID): sourceSize = try await blobSize(sourceID) ?? 0
+        }
         let copyEnd = min(size, sourceSize)
-        let sourcePath = blobPath(source)
         var hasher = SHA256()
         try await mapErrors {
             try await fs.withFileHandle(forWritingAt: stagedPath(id), options: .newFile(replaceExisting: true)) { out in
                 var writer = out.bufferedWriter(capacity: Self.chunk)
                 if copyEnd > 0 {
-                    try await fs.withFileHandle(forReadingAt: sourcePath) { input in
-                        for try await chunk in input.readChunks(in: 0..<copyEnd, chunkLength: Self.chunk) {
-                            hasher.update(data: chunk.readableBytesView)
-                            try await writer.write(contentsOf: chunk)
-                        }
+                    try await source.read(0..<copyEnd, from: self) { chunk in
+                        hasher.update(data: chunk.readableBytesView)
+                        try await writer.write(contentsOf: chunk)
                     }
                 }
                 var remaining = size - copyEnd

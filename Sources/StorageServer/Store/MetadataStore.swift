@@ -1,3 +1,4 @@
+public import Foundation
 public import StorageProtocol
 
 /// The metadata of the server: namespaces, a hierarchy of entries and inodes, upload sessions and
@@ -29,8 +30,9 @@ public protocol MetadataStore: Sendable {
     func makeNode(_ ns: Namespace, _ path: StoragePath, kind: NodeKind, attributes: NewNodeAttributes, target: String?, rdev: UInt64?) async throws -> Node
     func link(_ ns: Namespace, from: StoragePath, to: StoragePath) async throws -> Node
     func patch(_ ns: Namespace, _ path: StoragePath, _ patch: FilePatch, ifMatch: String?) async throws -> Node
-    /// Points a file at a new blob if it still points at `expectedBlob` (used by truncate).
-    func swapBlob(_ ns: Namespace, _ path: StoragePath, expectedBlob: String, newBlob: BlobInfo, mtimeNs: Int64?) async throws -> Node
+    /// Points a file at a new blob if it still points at `expectedBlob` (used by truncate); with
+    /// `inline`, the new blob's bytes are stored in the same transaction.
+    func swapBlob(_ ns: Namespace, _ path: StoragePath, expectedBlob: String, newBlob: BlobInfo, inline: Data?, mtimeNs: Int64?) async throws -> Node
 
     // MARK: uploads
     func createUpload(_ upload: UploadRecord) async throws
@@ -38,12 +40,18 @@ public protocol MetadataStore: Sendable {
     func deleteUpload(id: String) async throws
     /// Publishes a fully received upload: the file appears (or changes) atomically.
     func publish(_ upload: UploadRecord, blob: BlobInfo) async throws -> Node
+    /// Stores a small file's bytes and publishes it in one transaction, without an upload session
+    /// (`upload` is the validated declaration; no row of it is kept).
+    func publishInline(_ upload: UploadRecord, blob: BlobInfo, bytes: Data) async throws -> Node
+    /// The bytes of a blob stored inline, or nil when the blob is a file of the blob store.
+    func inlineBlob(_ id: String) async throws -> Data?
     /// The node a completed upload produced, if it still exists.
     func node(inode: UInt64) async throws -> Node?
 
     // MARK: garbage collection
     func expiredUploads(before seconds: Int64, limit: Int) async throws -> [UploadRecord]
     func dueDeadBlobs(before nanoseconds: Int64, limit: Int) async throws -> [String]
+    /// Drops these ids from the dead list, and the bytes of those stored inline that no inode names.
     func forgetDeadBlobs(_ ids: [String]) async throws
     /// Whether an inode points at this blob.
     func isBlobInUse(_ id: String) async throws -> Bool

@@ -1,11 +1,11 @@
-import Foundation
+public import Foundation
 import GRDB
 public import StorageProtocol
 
 /// The SQLite metadata store (GRDB, WAL mode, `synchronous=FULL`: a commit is on disk when it returns).
 ///
 /// Schema (see `migrator`): `namespaces`, `inodes`, `entries` (parent, name → inode),
-/// `uploads` and `dead_blobs`. Inode numbers start at 16 and are never reused, so clients may
+/// `uploads`, `dead_blobs` and `inline_blobs` (the bytes of small files, see `publishInline`). Inode numbers start at 16 and are never reused, so clients may
 /// keep them across remounts.
 ///
 /// LOCK ORDERING: none in Swift; SQLite serializes writers, and every method is one transaction.
@@ -90,6 +90,12 @@ public final class SQLiteMetadataStore: MetadataStore {
                     );
                     """
             )
+        }
+        // Small files' bytes live here, written in the transaction that records the file: one
+        // commit instead of a staging file created, fsynced, renamed and its folder fsynced (see
+        // docs/architecture.md, "Small files inline"). The id is the inode's `blob`, as for files.
+        m.registerMigration("v2 inline blobs") { db in
+            try db.execute(sql: "CREATE TABLE inline_blobs (id TEXT PRIMARY KEY NOT NULL, data BLOB NOT NULL)")
         }
         return m
     }
@@ -415,13 +421,16 @@ public final class SQLiteMetadataStore: MetadataStore {
         }
     }
 
-    public func swapBlob(_ ns: Namespace, _ path: StoragePath, expectedBlob: String, newBlob: BlobInfo, mtimeNs: Int64?) async throws -> Node {
+    public func swapBlob(
+        _ ns: Namespace, _ path: StoragePath, expectedBlob: String, newBlob: BlobInfo, inline: Data?, mtimeNs: Int64?
+    ) async throws -> Node {
         let grace = blobGraceNs
         return try await pool.write { db in
             let ino = try Self.resolve(db, ns, path)
             let inode = try Self.inode(db, ino)
             guard inode.blob == expectedBlob else { throw StoreError.preconditionFailed("`\(path)` changed while it was being truncated") }
             let now = Timestamp.nowNanoseconds()
+            if let inline { try Self.insertInline(db, id: newBlob.id, inline) }
             try db.execute(
                 sql: "UPDATE inodes SET blob = ?, size = ?, sha256 = ?, mtime_ns = ?, ctime_ns = ? WHERE ino = ?",
                 arguments: [newBlob.id, newBlob.size, newBlob.sha256, mtimeNs ?? now, now, ino])
@@ -467,50 +476,73 @@ public final class SQLiteMetadataStore: MetadataStore {
             if current.state == .completed, let ino = current.resultInode {
                 return Node(namespace: upload.namespace, path: upload.path, inode: try Self.inode(db, Int64(ino)))
             }
-            let ns = upload.namespace, path = upload.path, p = upload.params
-            let now = Timestamp.nowNanoseconds()
-            guard !path.isRoot else { throw StoreError.isADirectory(path) }
-            let parent = try Self.ensureFolders(db, ns, path.parent, attributes: NewNodeAttributes(uid: p.uid, gid: p.gid), now: now)
-            let ino: Int64
-            if let existing = try Self.lookup(db, parent, path.name) {
-                var inode = try Self.inode(db, existing)
-                if p.ifNoneMatch == "*" { throw StoreError.preconditionFailed("`\(path)` exists already") }
-                if let ifMatch = p.ifMatch, !Self.etagMatches(ifMatch, inode.etag) {
-                    throw StoreError.preconditionFailed("`\(path)` has changed (ETag \(inode.etag))")
-                }
-                switch inode.kind {
-                case .directory:
-                    throw StoreError.isADirectory(path)
-                case .file:
-                    // Overwrite: the same inode (hard links see the new content), a new blob.
-                    let old = inode.blob
-                    inode.blob = blob.id
-                    inode.size = blob.size
-                    inode.sha256 = blob.sha256
-                    inode.contentType = upload.contentType
-                    if let tags = upload.tags { inode.tags = tags }
-                    if let m = p.metadata { inode.metadata = m }
-                    if let pub = p.isPublic { inode.isPublic = pub }
-                    if let mode = p.mode { inode.mode = mode & 0o7777 }
-                    if let uid = p.uid { inode.uid = uid }
-                    if let gid = p.gid { inode.gid = gid }
-                    inode.mtimeNs = p.mtimeNs ?? now
-                    if let a = p.atimeNs { inode.atimeNs = a }
-                    inode.ctimeNs = min(p.ctimeNs ?? now, now)
-                    try Self.updateContent(db, existing, inode)
-                    if let old, old != blob.id { try Self.retire(db, blob: old, now: now, graceNs: grace) }
-                    ino = existing
-                default:
-                    try Self.removeEntry(db, parent: parent, name: path.name, ino: existing, isDirectory: false, now: now, graceNs: grace)
-                    ino = try Self.insertFile(db, upload, blob: blob, parent: parent, now: now)
-                }
-            } else {
-                if let ifMatch = p.ifMatch, ifMatch != "*" { throw StoreError.preconditionFailed("`\(path)` does not exist (If-Match \(ifMatch))") }
+            let node = try Self.placeFile(db, upload, blob: blob, graceNs: grace)
+            try db.execute(sql: "UPDATE uploads SET state = 'completed', result_ino = ? WHERE id = ?", arguments: [Int64(node.inode.ino), upload.id])
+            return node
+        }
+    }
+
+    public func publishInline(_ upload: UploadRecord, blob: BlobInfo, bytes: Data) async throws -> Node {
+        let grace = blobGraceNs
+        return try await pool.write { db in
+            guard try Self.namespaceInfo(db, upload.namespace) != nil else { throw StoreError.namespaceNotFound(upload.namespace) }
+            try Self.insertInline(db, id: blob.id, bytes)
+            return try Self.placeFile(db, upload, blob: blob, graceNs: grace)
+        }
+    }
+
+    public func inlineBlob(_ id: String) async throws -> Data? {
+        try await pool.read { db in try Data.fetchOne(db, sql: "SELECT data FROM inline_blobs WHERE id = ?", arguments: [id]) }
+    }
+
+    static func insertInline(_ db: Database, id: String, _ bytes: Data) throws {
+        try db.execute(sql: "INSERT INTO inline_blobs(id, data) VALUES (?, ?)", arguments: [id, bytes])
+    }
+
+    /// Creates the file an upload names, or points the existing one at the new blob (inside a transaction).
+    private static func placeFile(_ db: Database, _ upload: UploadRecord, blob: BlobInfo, graceNs grace: Int64) throws -> Node {
+        let ns = upload.namespace, path = upload.path, p = upload.params
+        let now = Timestamp.nowNanoseconds()
+        guard !path.isRoot else { throw StoreError.isADirectory(path) }
+        let parent = try Self.ensureFolders(db, ns, path.parent, attributes: NewNodeAttributes(uid: p.uid, gid: p.gid), now: now)
+        let ino: Int64
+        if let existing = try Self.lookup(db, parent, path.name) {
+            var inode = try Self.inode(db, existing)
+            if p.ifNoneMatch == "*" { throw StoreError.preconditionFailed("`\(path)` exists already") }
+            if let ifMatch = p.ifMatch, !Self.etagMatches(ifMatch, inode.etag) {
+                throw StoreError.preconditionFailed("`\(path)` has changed (ETag \(inode.etag))")
+            }
+            switch inode.kind {
+            case .directory:
+                throw StoreError.isADirectory(path)
+            case .file:
+                // Overwrite: the same inode (hard links see the new content), a new blob.
+                let old = inode.blob
+                inode.blob = blob.id
+                inode.size = blob.size
+                inode.sha256 = blob.sha256
+                inode.contentType = upload.contentType
+                if let tags = upload.tags { inode.tags = tags }
+                if let m = p.metadata { inode.metadata = m }
+                if let pub = p.isPublic { inode.isPublic = pub }
+                if let mode = p.mode { inode.mode = mode & 0o7777 }
+                if let uid = p.uid { inode.uid = uid }
+                if let gid = p.gid { inode.gid = gid }
+                inode.mtimeNs = p.mtimeNs ?? now
+                if let a = p.atimeNs { inode.atimeNs = a }
+                inode.ctimeNs = min(p.ctimeNs ?? now, now)
+                try Self.updateContent(db, existing, inode)
+                if let old, old != blob.id { try Self.retire(db, blob: old, now: now, graceNs: grace) }
+                ino = existing
+            default:
+                try Self.removeEntry(db, parent: parent, name: path.name, ino: existing, isDirectory: false, now: now, graceNs: grace)
                 ino = try Self.insertFile(db, upload, blob: blob, parent: parent, now: now)
             }
-            try db.execute(sql: "UPDATE uploads SET state = 'completed', result_ino = ? WHERE id = ?", arguments: [ino, upload.id])
-            return Node(namespace: ns, path: path, inode: try Self.inode(db, ino))
+        } else {
+            if let ifMatch = p.ifMatch, ifMatch != "*" { throw StoreError.preconditionFailed("`\(path)` does not exist (If-Match \(ifMatch))") }
+            ino = try Self.insertFile(db, upload, blob: blob, parent: parent, now: now)
         }
+        return Node(namespace: ns, path: path, inode: try Self.inode(db, ino))
     }
 
     private static func insertFile(_ db: Database, _ u: UploadRecord, blob: BlobInfo, parent: Int64, now: Int64) throws -> Int64 {
@@ -565,6 +597,8 @@ public final class SQLiteMetadataStore: MetadataStore {
         try await pool.write { db in
             for id in ids {
                 try db.execute(sql: "DELETE FROM dead_blobs WHERE blob = ?", arguments: [id])
+                try db.execute(
+                    sql: "DELETE FROM inline_blobs WHERE id = ? AND NOT EXISTS (SELECT 1 FROM inodes WHERE blob = ?)", arguments: [id, id])
             }
         }
     }
