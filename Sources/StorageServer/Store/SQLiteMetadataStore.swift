@@ -19,10 +19,18 @@ public final class SQLiteMetadataStore: MetadataStore {
         var config = Configuration()
         config.busyMode = .timeout(30)
         config.prepareDatabase { db in
-            try db.execute(sql: "PRAGMA synchronous = FULL")
             try db.execute(sql: "PRAGMA foreign_keys = OFF")
         }
         pool = try DatabasePool(path: path, configuration: config)
+        // After the pool exists: GRDB sets the writer to `synchronous = NORMAL` when it turns WAL on
+        // (after `prepareDatabase`), and NORMAL lets a power cut take back a commit that already
+        // answered. Checked, so that no later GRDB can quietly undo it.
+        try pool.writeWithoutTransaction { db in
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+            guard try Int.fetchOne(db, sql: "PRAGMA synchronous") == 2 else {
+                throw DatabaseError(message: "SQLite refused synchronous = FULL for \(path)")
+            }
+        }
         blobGraceNs = blobGraceSeconds * 1_000_000_000
         try Self.migrator.migrate(pool)
     }
