@@ -407,7 +407,7 @@ extension StowFileSystem {
         state.withLock { s in
             guard var e = s.inodes[ino], var local = e.local else { return }
             local.size = max(local.size, offset + Int64(count))
-            local.dirty = true
+            local.changed()
             e.local = local
             e.attributes.size = UInt64(local.size)
             let now = TimeSpec.now
@@ -429,22 +429,28 @@ extension StowFileSystem {
     /// close(2) of one descriptor: what was written is made durable here (local file fsynced, journal
     /// record written) before this returns. The upload itself waits for the last close.
     public func flush(_ ino: InodeNumber, handle: UInt64) async throws(FSError) {
-        let plan = try state.withLock { (s: inout State) throws(FSError) -> (CacheFile, Int64, Int64?, Location, UploadParams, String?, [String]?)? in
+        let plan = try state.withLock { (s: inout State) throws(FSError) -> (CacheFile, Int64, UInt64, Int64?, Location, UploadParams, String?, [String]?)? in
             guard let h = s.handles[handle], h.writable, let e = s.inodes[ino], let local = e.local, local.dirty, !e.unlinked else { return nil }
             let (params, ct, tags) = uploadParams(e)
-            return (local.file, local.size, local.heldUpload, try self.location(s, ino), params, ct, tags)
+            return (local.file, local.size, local.changes, local.heldUpload, try self.location(s, ino), params, ct, tags)
         }
-        guard let (file, size, held, location, params, contentType, tags) = plan else { return }
+        guard let (file, size, changes, held, location, params, contentType, tags) = plan else { return }
+        // `changes` was read before the fsync: a write racing with it counts as a later change.
         try file.sync()
         do {
+            let id: Int64
             if let held {
                 try await queue.updateHeld(held, size: size, params: params)
+                id = held
             } else {
-                let id = try await queue.enqueue(location: location, cacheFile: file.path, size: size, params: params, contentType: contentType, tags: tags, held: true)
+                id = try await queue.enqueue(location: location, cacheFile: file.path, size: size, params: params, contentType: contentType, tags: tags, held: true)
                 state.withLock { s in
                     s.inodes[ino]?.local?.heldUpload = id
                     s.uploadOwner[id] = ino
                 }
+            }
+            state.withLock { s in
+                if let local = s.inodes[ino]?.local, local.file === file, local.heldUpload == id { s.inodes[ino]?.local?.durableAt = changes }
             }
         } catch {
             throw FSError.from(error)
@@ -487,7 +493,7 @@ extension StowFileSystem {
             return held
         }
         if let redundant { _ = await cancelUpload(redundant, ino: ino) }
-        let plan = try? state.withLock { (s: inout State) throws(FSError) -> (CacheFile, Int64, Int64?, Location, UploadParams, String?, [String]?, [Int64])? in
+        let plan = try? state.withLock { (s: inout State) throws(FSError) -> (CacheFile, Int64, Int64?, Bool, Location, UploadParams, String?, [String]?, [Int64])? in
             guard var e = s.inodes[ino], var local = e.local, local.dirty, !e.unlinked else { return nil }
             if local.writers > 0 && onlyIfClosed { return nil }
             let location = try self.location(s, ino)
@@ -500,6 +506,8 @@ extension StowFileSystem {
                 local.frozen = true
             }
             let held = local.writers > 0 ? nil : local.heldUpload
+            // Unchanged since close's flush fsynced it and wrote its held record: nothing to make durable again.
+            let durable = held != nil && local.durableAt == local.changes
             if local.writers == 0 { local.heldUpload = nil }
             local.dirty = false
             e.local = local
@@ -511,14 +519,14 @@ extension StowFileSystem {
             e.submitting += 1
             e.changedAt = .now
             s.inodes[ino] = e
-            return (snapshot, local.size, held, location, params, ct, tags, superseded)
+            return (snapshot, local.size, held, durable, location, params, ct, tags, superseded)
         }
-        guard let (snapshot, size, held, location, params, contentType, tags, superseded) = plan ?? nil else { return nil }
-        try? snapshot.sync()
+        guard let (snapshot, size, held, durable, location, params, contentType, tags, superseded) = plan ?? nil else { return nil }
+        if !durable { try? snapshot.sync() }
         let id: Int64
         do {
             if let held {
-                id = try await queue.release(held, cacheFile: snapshot.path, size: size, params: params)
+                id = try await queue.release(held, cacheFile: snapshot.path, size: size, params: params, contentDurable: durable)
                 state.withLock { $0.uploadOwner[held] = nil }
             } else {
                 id = try await queue.enqueue(location: location, cacheFile: snapshot.path, size: size, params: params, contentType: contentType, tags: tags)

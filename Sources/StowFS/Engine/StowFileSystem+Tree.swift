@@ -473,7 +473,7 @@ extension StowFileSystem {
             try ensureWritable(&e)
             try e.local!.file.truncate(to: size)
             e.local!.size = size
-            e.local!.dirty = true
+            e.local!.changed()
             e.attributes.size = UInt64(size)
             e.attributes.mtime = .now
             e.attributes.ctime = .now

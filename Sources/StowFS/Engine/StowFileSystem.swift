@@ -72,6 +72,17 @@ public final class StowFileSystem: Sendable {
         var frozen: Bool
         /// The journal record holding this content while the file is open (durable after flush).
         var heldUpload: Int64?
+        /// Counts changes to the bytes (writes, truncates).
+        var changes: UInt64 = 0
+        /// `changes` as it was when a flush last fsynced the file and recorded it in the journal:
+        /// while the two are equal, the file and its held record are durable as they are.
+        var durableAt: UInt64?
+
+        /// The bytes changed: dirty, and no longer known durable.
+        mutating func changed() {
+            dirty = true
+            changes &+= 1
+        }
     }
 
     struct DirectoryState: Sendable {

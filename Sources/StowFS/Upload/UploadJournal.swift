@@ -47,7 +47,13 @@ public final class UploadJournal: Sendable {
             try db.execute(sql: "PRAGMA synchronous = FULL")
         }
         db = try DatabaseQueue(path: path, configuration: config)
-        try db.writeWithoutTransaction { try $0.execute(sql: "PRAGMA journal_mode = WAL") }
+        try db.writeWithoutTransaction { db in
+            try db.execute(sql: "PRAGMA journal_mode = WAL")
+            // A record must be on disk when close(2) returns (S1): checked, not assumed.
+            guard try Int.fetchOne(db, sql: "PRAGMA synchronous") == 2 else {
+                throw DatabaseError(message: "SQLite refused synchronous = FULL for \(path)")
+            }
+        }
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1") { db in
             try db.execute(
@@ -90,14 +96,24 @@ public final class UploadJournal: Sendable {
 
     /// A held record becomes a queued one with a new id (the end of the line), in one transaction:
     /// one commit where an insert, an update and a delete took three.
+    ///
+    /// `synced: false` commits without waiting for the disk (`synchronous = NORMAL` for this one
+    /// commit): for when losing it to a crash is harmless. The WAL is written in order, so the next
+    /// synced commit makes this one durable too.
     public func requeue(
         _ heldID: Int64, location: Location, cacheFile: String, size: Int64, params: UploadParams, contentType: String?, tags: [String]?,
-        patch: FilePatch?
+        patch: FilePatch?, synced: Bool = true
     ) throws -> Int64 {
         guard let ns = location.namespace else { throw FSError.notPermitted }
-        return try db.write { db in
-            let id = try Self.insertRow(db, ns, location, cacheFile, size, params, contentType, tags, patch, .queued)
-            try db.execute(sql: "DELETE FROM uploads WHERE id = ?", arguments: [heldID])
+        return try db.writeWithoutTransaction { db in
+            if !synced { try db.execute(sql: "PRAGMA synchronous = NORMAL") }
+            defer { if !synced { try? db.execute(sql: "PRAGMA synchronous = FULL") } }
+            var id: Int64 = 0
+            try db.inTransaction {
+                id = try Self.insertRow(db, ns, location, cacheFile, size, params, contentType, tags, patch, .queued)
+                try db.execute(sql: "DELETE FROM uploads WHERE id = ?", arguments: [heldID])
+                return .commit
+            }
             return id
         }
     }

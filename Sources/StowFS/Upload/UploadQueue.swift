@@ -134,13 +134,19 @@ public actor UploadQueue {
 
     /// A held record may go now, with this final content. It goes to the end of the line (a new id:
     /// its content is newer than anything queued before), and the new id is returned.
-    public func release(_ id: Int64, cacheFile: String, size: Int64, params: UploadParams) throws -> Int64 {
+    ///
+    /// `contentDurable`: the cache file has not changed since the flush that fsynced it and wrote
+    /// the held record. When the record also says the same (file, size, params), the requeue need
+    /// not reach the disk before this returns: a crash before it does leaves the held record, which
+    /// the next mount sends as it is — the same upload (see `init`).
+    public func release(_ id: Int64, cacheFile: String, size: Int64, params: UploadParams, contentDurable: Bool = false) throws -> Int64 {
         guard let held = records[id] else {
             throw FSError.io("the journal lost record \(id)")
         }
+        let same = contentDurable && held.cacheFile == cacheFile && held.size == size && held.params == params
         let newID = try journal.requeue(
             id, location: held.location, cacheFile: cacheFile, size: size, params: params, contentType: held.contentType, tags: held.tags,
-            patch: held.patch)
+            patch: held.patch, synced: !same)
         records[newID] = UploadJournal.Record(
             id: newID, location: held.location, cacheFile: cacheFile, size: size, params: params, contentType: held.contentType, tags: held.tags,
             patch: held.patch, session: nil, state: .queued, attempts: 0, lastError: nil, nextAttempt: 0,
