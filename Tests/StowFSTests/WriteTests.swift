@@ -21,6 +21,26 @@ struct WriteTests {
         }
     }
 
+    @Test("an uploaded local copy is emptied and reused for the next file, and each file keeps its own content")
+    func copiesReused() async throws {
+        try await withEngine { h in
+            let dir = h.cacheDirectory + "/files"
+            var names = Set<String>()
+            for i in 0..<20 {
+                try await h.write("f\(i)", String(repeating: "file \(i) ", count: 20 - i))
+                // Each new file would be a new name (a new inode); a reused copy keeps its name.
+                names.formUnion(try FileManager.default.contentsOfDirectory(atPath: dir))
+                await h.fs.sync()
+            }
+            #expect(names.count <= 4, "20 files written one after the other used \(names.count) local files")
+            for i in 0..<20 {
+                let expected = String(repeating: "file \(i) ", count: 20 - i)
+                #expect(try await h.stored("f\(i)") == expected)
+                #expect(try await h.text("f\(i)") == expected)
+            }
+        }
+    }
+
     @Test("appending to a stored file brings its content here first")
     func append() async throws {
         try await withEngine { h in

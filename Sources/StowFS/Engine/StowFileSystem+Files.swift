@@ -15,7 +15,7 @@ extension StowFileSystem {
     public func create(parent: InodeNumber, name: String, mode: UInt32, caller: Caller) throws(FSError) -> (Entry, OpenedFile) {
         try Self.validate(name: name)
         guard !configuration.readOnly else { throw FSError.readOnly }
-        let file = try CacheFile(path: newCacheFilePath(), truncate: true)
+        let file = try cacheFiles.take(orCreateAt: newCacheFilePath())
         return try state.withLock { (s: inout State) throws(FSError) -> (Entry, OpenedFile) in
             let p = try inode(s, parent)
             guard p.kind == .directory else { throw FSError.notADirectory }
@@ -78,7 +78,7 @@ extension StowFileSystem {
     }
 
     private func openLocked(_ ino: InodeNumber, write: Bool, truncate: Bool) throws(FSError) -> OpenedFile {
-        let newFile: CacheFile? = write && truncate ? try CacheFile(path: newCacheFilePath(), truncate: true) : nil
+        let newFile: CacheFile? = write && truncate ? try cacheFiles.take(orCreateAt: newCacheFilePath()) : nil
         return try state.withLock { (s: inout State) throws(FSError) -> OpenedFile in
             var e = try inode(s, ino)
             if write {

@@ -10,13 +10,15 @@ import Glibc
 extension StowFileSystem {
     /// The queue stored an upload: the inode becomes remote with the new content (unless it changed again).
     func uploadFinished(_ f: UploadQueue.Finished) {
-        state.withLock { s in
+        // The local copy the server now has, if nothing else uses it: emptied for reuse, after the lock.
+        var uploaded: CacheFile? = state.withLock { s -> CacheFile? in
             let owner = s.uploadOwner.removeValue(forKey: f.id)
             s.recovered[f.location] = s.recovered[f.location]?.id == f.id ? nil : s.recovered[f.location]
             guard let ino = owner, var e = s.inodes[ino] else {
                 Glibc.unlink(f.cacheFile)
-                return
+                return nil
             }
+            var dropped: CacheFile?
             e.olderUploads.remove(f.id)
             if e.upload == f.id { e.upload = nil }
             if let old = s.byRemote[f.record.inode], old != ino, s.inodes[old]?.hasLocalState == false { s.inodes[old] = nil }
@@ -25,14 +27,19 @@ extension StowFileSystem {
             s.byRemote[f.record.inode] = ino
             if let local = e.local, !local.dirty, local.writers == 0, e.upload == nil, e.olderUploads.isEmpty, local.heldUpload == nil, e.submitting == 0 {
                 // The server has exactly what we have: the page cache (and the block cache) take it from here.
+                if local.file.path == f.cacheFile { dropped = local.file }
                 e.local = nil
                 e.pageCacheETag = f.record.etag
                 e.attributes.size = UInt64(f.record.size)
                 e.validUntil = .now + configuration.attributeTTL
             }
-            if e.local?.file.path != f.cacheFile { Glibc.unlink(f.cacheFile) }
+            if e.local?.file.path != f.cacheFile && dropped == nil { Glibc.unlink(f.cacheFile) }
             s.inodes[ino] = e
+            return dropped
         }
+        guard uploaded != nil else { return }
+        // A read still splicing from it holds another reference: then it is deleted, as before.
+        if isKnownUniquelyReferenced(&uploaded!) { cacheFiles.give(uploaded.take()!) } else { Glibc.unlink(uploaded!.path) }
     }
 
     /// sync: sends what was written before now (open files included, as they are now) and returns

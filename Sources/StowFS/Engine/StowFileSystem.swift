@@ -43,6 +43,8 @@ public final class StowFileSystem: Sendable {
     let urls = SignedURLCache()
     let fetching = InflightBlocks()
     let inodeLocks = InodeLocks()
+    /// Uploaded local copies, emptied for the next file.
+    let cacheFiles = CacheFilePool()
     let logger: Logger
     let state: Mutex<State>
     let filesDirectory: String
