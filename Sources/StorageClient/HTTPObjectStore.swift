@@ -314,6 +314,36 @@ public final class HTTPObjectStore: ObjectStore {
         return try decode(FileRecord.self, try await executeOnce(r, maxBody: 1 << 20, timeout: configuration.requestTimeout))
     }
 
+    /// One POST to `…/upload/batch`: the declarations, then every file's bytes.
+    public func uploadBatch(_ ns: Namespace, _ files: [(StartUploadRequest, UploadSource)]) async throws -> [Result<FileRecord, StorageError>] {
+        let header = BatchUpload.header(BatchUpload.Request(files: files.map(\.0)))
+        var body = ByteBufferAllocator().buffer(capacity: header.count + Int(files.reduce(Int64(0)) { $0 + $1.0.size }))
+        body.writeBytes(header)
+        for (request, source) in files {
+            switch source {
+            case .bytes(let buffer):
+                guard Int64(buffer.readableBytes) >= request.size else {
+                    throw StorageError(.localIO, "the source of \(request.fileName) has \(buffer.readableBytes) bytes, fewer than \(request.size)")
+                }
+                body.writeImmutableBuffer(buffer.getSlice(at: buffer.readerIndex, length: Int(request.size)) ?? ByteBuffer())
+            case .file(let path):
+                var bytes = try Self.readWhole(path, size: request.size)
+                body.writeBuffer(&bytes)
+            }
+        }
+        var r = makeRequest(.POST, url(Routes.batchUpload(ns)), headers: [("Content-Type", "application/octet-stream")])
+        r.body = .bytes(body)
+        let answer = try await executeOnce(r, maxBody: 16 << 20, timeout: configuration.requestTimeout)
+        let response = try decode(BatchUpload.Response.self, answer, expect: [200])
+        guard response.results.count == files.count else {
+            throw StorageError(.protocolViolation, "the batch answer has \(response.results.count) results for \(files.count) files", status: answer.status)
+        }
+        return response.results.map { result in
+            if let file = result.file { return .success(file) }
+            return .failure(StorageError.from(status: result.status ?? 500, body: result.error))
+        }
+    }
+
     /// The first `size` bytes of a (small) file, read at once: no thread-pool hop for a few KiB.
     static func readWhole(_ path: String, size: Int64) throws -> ByteBuffer {
         let fd = open(path, O_RDONLY | O_CLOEXEC)

@@ -40,6 +40,10 @@ public protocol ObjectStore: Sendable {
     /// start, send and complete in one request, for a small file (read whole into memory). Not
     /// retried here; like complete, it may have stored the file even when the answer is lost.
     func uploadDirect(_ ns: Namespace, _ request: StartUploadRequest, from source: UploadSource) async throws -> FileRecord
+    /// Several small files in one request (`BatchUpload`): one result per file, in order, each
+    /// stored or refused on its own. Throws when the request as a whole failed (then any of them
+    /// may have been stored, as with `uploadDirect`). Not retried here.
+    func uploadBatch(_ ns: Namespace, _ files: [(StartUploadRequest, UploadSource)]) async throws -> [Result<FileRecord, StorageError>]
     func abandonUpload(_ session: StartUploadResponse) async throws
 
     // MARK: Reads
@@ -60,6 +64,21 @@ extension ObjectStore {
         let session = try await startUpload(ns, request)
         return try await resumeUpload(
             session, from: source, knownOffset: 0, options: UploadOptions(chunkSize: max(1, request.size), retry: RetryPolicy(attempts: 3, baseDelay: .milliseconds(300))))
+    }
+
+    /// Stores without a batch request send the files one by one.
+    public func uploadBatch(_ ns: Namespace, _ files: [(StartUploadRequest, UploadSource)]) async throws -> [Result<FileRecord, StorageError>] {
+        var results: [Result<FileRecord, StorageError>] = []
+        for (request, source) in files {
+            do {
+                results.append(.success(try await uploadDirect(ns, request, from: source)))
+            } catch let e as StorageError {
+                results.append(.failure(e))
+            } catch {
+                results.append(.failure(StorageError(.localIO, "\(error)")))
+            }
+        }
+        return results
     }
 
     /// Stores without a streaming transport read the range whole, then hand it over.

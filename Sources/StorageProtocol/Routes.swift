@@ -10,6 +10,8 @@ public enum Routes {
     public static func directUpload(_ ns: Namespace) -> String { "\(prefix)/v2.0/namespaces/\(ns)/upload/direct" }
     /// The header that carries a direct upload's declaration (start's JSON body, base64).
     public static let directUploadHeader = "Stow-Upload"
+    /// Several small files in one request and one transaction (a StowFS extension); see `BatchUpload`.
+    public static func batchUpload(_ ns: Namespace) -> String { "\(prefix)/v2.0/namespaces/\(ns)/upload/batch" }
     public static func completeUploadV1(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/upload/complete/" }
     public static let signURLs = "\(prefix)/v1.0/sign-urls"
     public static func browse(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/browse" }

@@ -166,3 +166,46 @@ public enum Tus {
     public static let uploadChecksum = "Upload-Checksum"
     public static let offsetContentType = "application/offset+octet-stream"
 }
+
+/// `POST …/upload/batch`: several small files in one request, stored in one transaction.
+///
+/// The body is a 4-byte big-endian length, that many bytes of `BatchUpload.Request` JSON, then
+/// each file's bytes, one after the other, in the order and with the sizes the JSON declares. The
+/// answer (200) has one result per file, in the same order: each file is stored or refused on its
+/// own (a refused file changes nothing). A body that does not match its declaration is refused
+/// whole (400), and nothing of it is stored.
+public enum BatchUpload {
+    /// At most this many files in one batch.
+    public static let maxFiles = 256
+    /// At most this many bytes of content in one batch.
+    public static let maxBytes: Int64 = 16 << 20
+
+    public struct Request: Codable, Sendable, Equatable {
+        public var files: [StartUploadRequest]
+        public init(files: [StartUploadRequest]) { self.files = files }
+    }
+
+    public struct Response: Codable, Sendable, Equatable {
+        public var results: [Result]
+        public init(results: [Result]) { self.results = results }
+    }
+
+    /// A stored file's record, or the status and error it was refused with.
+    public struct Result: Codable, Sendable, Equatable {
+        public var file: FileRecord?
+        public var status: Int?
+        public var error: ErrorBody?
+        public init(file: FileRecord? = nil, status: Int? = nil, error: ErrorBody? = nil) {
+            self.file = file
+            self.status = status
+            self.error = error
+        }
+    }
+
+    /// The body's first bytes: the declaration's length, then the declaration.
+    public static func header(_ request: Request) -> [UInt8] {
+        let json = Array(WireJSON.encode(request))
+        let n = UInt32(json.count)
+        return [UInt8(n >> 24), UInt8((n >> 16) & 0xff), UInt8((n >> 8) & 0xff), UInt8(n & 0xff)] + json
+    }
+}

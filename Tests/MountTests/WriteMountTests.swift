@@ -20,6 +20,27 @@ struct WriteMountTests {
         }
     }
 
+    @Test("cp -r of 300 small files: all on the server byte for byte, sent several to a request")
+    func smallFilesBatched() async throws {
+        try await withMount { m in
+            try m.sh("mkdir many && for i in $(seq 1 300); do head -c $(( (i * 37) % 9000 )) /dev/urandom > many/f$i; done")
+            func uploadRequests() throws -> Int {
+                let lines = try m.sh("curl -sf \(m.endpoint)/metrics | grep '^stowd_http_requests_total' | grep -E 'upload/(batch|direct|start)' || true")
+                return lines.split(separator: "\n").reduce(0) { $0 + (Int(Double($1.split(separator: " ").last ?? "") ?? 0)) }
+            }
+            let before = try uploadRequests()
+            try m.sh("cp -r many \(m.mountpoint)/")
+            try m.stowfs(["sync", m.mountpoint])
+            let requests = try uploadRequests() - before
+            #expect(requests >= 1 && requests < 300, "\(requests) upload requests for 300 files")
+            #expect(try await m.storedSHA256("many/f7") == (try m.sh("sha256sum many/f7 | cut -d' ' -f1")))
+            // Remounted (the local copies are gone): every file comes from the server.
+            try m.unmountFS()
+            try m.mountFS()
+            try m.sh("diff -r many \(m.mountpoint)/many")
+        }
+    }
+
     @Test("appending with >>, overwriting in place, truncate")
     func modify() async throws {
         try await withMount { m in

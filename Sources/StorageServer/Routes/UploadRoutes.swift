@@ -106,7 +106,8 @@ extension StowService {
         if let expected = upload.params.sha256, expected.lowercased() != digest {
             throw APIError(APIError.checksumStatus, .checksumMismatch, "the content's SHA-256 is \(digest), not \(expected)")
         }
-        let node = try await store.publishInline(upload, blob: BlobInfo(id: upload.id, size: upload.size, sha256: digest), bytes: bytes)
+        let file = InlineFile(upload: upload, blob: BlobInfo(id: upload.id, size: upload.size, sha256: digest), bytes: bytes)
+        let node = try await store.publishInline([file])[0].get()
         metrics.uploadsStarted.increment()
         metrics.uploadsCompleted.increment()
         return node
@@ -127,9 +128,11 @@ extension StowService {
         return upload
     }
 
-    /// Validates an upload's declaration; nothing is recorded.
+    /// Validates an upload's declaration; nothing is recorded. `precheck`: also refuse now what
+    /// publishing would refuse (an existing folder, `if_none_match`), before any byte is sent.
     func declareUpload(
-        id: String = StowService.newID(), ns: Namespace, path: StoragePath, size: Int64, contentType: String?, tags: [String]?, params: UploadParams, autoComplete: Bool
+        id: String = StowService.newID(), ns: Namespace, path: StoragePath, size: Int64, contentType: String?, tags: [String]?, params: UploadParams,
+        autoComplete: Bool, precheck: Bool = true
     ) async throws -> UploadRecord {
         guard size >= 0 else { throw APIError.badRequest("`size` must be zero or more") }
         guard size <= config.maxUploadSize else {
@@ -143,13 +146,15 @@ extension StowService {
         }
         if let inm = params.ifNoneMatch, inm != "*" { throw APIError.badRequest("`params.if_none_match` can only be \"*\"") }
         // Refuse now what complete would refuse anyway, so that no bytes are sent in vain.
-        do {
-            let existing = try await store.node(ns, path)
-            if existing.inode.kind == .directory { throw StoreError.isADirectory(path) }
-            if params.ifNoneMatch == "*" { throw StoreError.preconditionFailed("`\(path)` exists already") }
-        } catch StoreError.notFound {
-        } catch StoreError.notADirectory(let p) {
-            throw StoreError.notADirectory(p)
+        if precheck {
+            do {
+                let existing = try await store.node(ns, path)
+                if existing.inode.kind == .directory { throw StoreError.isADirectory(path) }
+                if params.ifNoneMatch == "*" { throw StoreError.preconditionFailed("`\(path)` exists already") }
+            } catch StoreError.notFound {
+            } catch StoreError.notADirectory(let p) {
+                throw StoreError.notADirectory(p)
+            }
         }
         let now = Timestamp.nowNanoseconds()
         let upload = UploadRecord(

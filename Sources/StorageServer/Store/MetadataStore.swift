@@ -40,9 +40,10 @@ public protocol MetadataStore: Sendable {
     func deleteUpload(id: String) async throws
     /// Publishes a fully received upload: the file appears (or changes) atomically.
     func publish(_ upload: UploadRecord, blob: BlobInfo) async throws -> Node
-    /// Stores a small file's bytes and publishes it in one transaction, without an upload session
-    /// (`upload` is the validated declaration; no row of it is kept).
-    func publishInline(_ upload: UploadRecord, blob: BlobInfo, bytes: Data) async throws -> Node
+    /// Stores small files' bytes and publishes them in one transaction, without upload sessions
+    /// (each `upload` is a validated declaration; no row of it is kept). Each file is stored or
+    /// refused on its own (a savepoint each); the results come in the same order.
+    func publishInline(_ files: [InlineFile]) async throws -> [Result<Node, any Error>]
     /// The bytes of a blob stored inline, or nil when the blob is a file of the blob store.
     func inlineBlob(_ id: String) async throws -> Data?
     /// The node a completed upload produced, if it still exists.
@@ -208,5 +209,17 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .conflict(let why): why
         case .badRequest(let why): why
         }
+    }
+}
+
+/// A small file to store inline: its validated declaration, its blob's id, size and SHA-256, its bytes.
+public struct InlineFile: Sendable {
+    public var upload: UploadRecord
+    public var blob: BlobInfo
+    public var bytes: Data
+    public init(upload: UploadRecord, blob: BlobInfo, bytes: Data) {
+        self.upload = upload
+        self.blob = blob
+        self.bytes = bytes
     }
 }

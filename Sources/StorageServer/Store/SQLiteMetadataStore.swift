@@ -490,12 +490,26 @@ public final class SQLiteMetadataStore: MetadataStore {
         }
     }
 
-    public func publishInline(_ upload: UploadRecord, blob: BlobInfo, bytes: Data) async throws -> Node {
+    public func publishInline(_ files: [InlineFile]) async throws -> [Result<Node, any Error>] {
+        guard !files.isEmpty else { return [] }
         let grace = blobGraceNs
         return try await pool.write { db in
-            guard try Self.namespaceInfo(db, upload.namespace) != nil else { throw StoreError.namespaceNotFound(upload.namespace) }
-            try Self.insertInline(db, id: blob.id, bytes)
-            return try Self.placeFile(db, upload, blob: blob, graceNs: grace)
+            var results: [Result<Node, any Error>] = []
+            for f in files {
+                var node: Node?
+                do {
+                    try db.inSavepoint {
+                        guard try Self.namespaceInfo(db, f.upload.namespace) != nil else { throw StoreError.namespaceNotFound(f.upload.namespace) }
+                        try Self.insertInline(db, id: f.blob.id, f.bytes)
+                        node = try Self.placeFile(db, f.upload, blob: f.blob, graceNs: grace)
+                        return .commit
+                    }
+                    results.append(.success(node!))
+                } catch {
+                    results.append(.failure(error))
+                }
+            }
+            return results
         }
     }
 

@@ -46,6 +46,18 @@ public actor UploadQueue {
     private var completing: Set<Int64> = []
     /// Files up to this size (and one chunk) go in one request (start, bytes and complete together).
     static let directUploadLimit: Int64 = 1 << 20
+    /// Files up to this size are sent together when several wait: up to `batchMaxFiles` in one
+    /// request, stored by the server in one transaction.
+    static let batchFileLimit: Int64 = 64 << 10
+    static let batchMaxFiles = 256
+    /// Requests of small files in flight at once. While one is, more small files gather and go in
+    /// one batch when it answers — the batches grow with the load (and with the server's distance),
+    /// and a lone file waits for nothing. Two at once made batches of 2–3 files on average for
+    /// `cp -r` here, and cost twice the server CPU per file (docs/performance.md).
+    static let smallRequestsInFlight = 1
+    /// Requests in flight (a batch counts once), and those of them that carry small files.
+    private var slots = 0
+    private var smallSlots = 0
 
     func markCompleting(_ id: Int64) { completing.insert(id) }
     private var waiters: [(ids: Set<Int64>, continuation: CheckedContinuation<Void, Never>)] = []
@@ -232,7 +244,8 @@ public actor UploadQueue {
     private func interrupt(_ id: Int64) async -> FileRecord? {
         guard let task = running[id] else { return nil }
         if !completing.contains(id) { task.cancel() }
-        return await task.value
+        // A batch's task answers for none of its files: what landed is in `storedLately`.
+        return await task.value ?? storedLately[id]
     }
 
     private func abandon(_ session: StartUploadResponse?) {
@@ -300,8 +313,21 @@ public actor UploadQueue {
         var nextDue: Int64 = .max
         let busyLocations = Set(running.keys.compactMap { records[$0]?.location })
         var seen = Set<Location>()
+        // Small files picked this round, of one namespace: sent together.
+        var batch: [Int64] = []
+        var batchNamespace: Namespace?
+        func sendBatch() {
+            guard !batch.isEmpty else { return }
+            let ids = batch, ns = batchNamespace!
+            batch = []
+            batchNamespace = nil
+            slots += 1
+            smallSlots += 1
+            let task = Task { ids.count == 1 ? await self.run(ids[0], small: true) : await self.runBatch(ids, ns: ns) }
+            for id in ids { running[id] = task }
+        }
         for r in records.values.sorted(by: { $0.id < $1.id }) {
-            guard running.count < parallelism else { break }
+            guard slots + (batch.isEmpty ? 0 : 1) < parallelism || !batch.isEmpty else { break }
             // A held record (a file still open) waits for its release and holds nobody up; so does one being cancelled.
             guard r.state != .held, !cancelling.contains(r.id) else { continue }
             // Oldest first per path: a younger record waits for an older one of the same path.
@@ -316,17 +342,97 @@ public actor UploadQueue {
                 continue
             }
             let id = r.id
-            running[id] = Task { await self.run(id) }
+            if r.session == nil, r.size <= min(Self.batchFileLimit, chunkSize), let ns = r.location.namespace {
+                // A small file: into this round's batch, if a request for small files may go now.
+                guard smallSlots < Self.smallRequestsInFlight, batch.isEmpty ? slots < parallelism : batchNamespace == ns else { continue }
+                batch.append(id)
+                batchNamespace = ns
+                if batch.count == Self.batchMaxFiles { sendBatch() }
+                continue
+            }
+            guard slots + (batch.isEmpty ? 0 : 1) < parallelism else { continue }
+            slots += 1
+            running[id] = Task { await self.run(id, small: false) }
         }
+        sendBatch()
         return nextDue == .max ? .seconds(3600) : .milliseconds(max(1, nextDue - now))
     }
 
+    /// Fixes a record's start: changes made before it go with it (not written to the journal:
+    /// after a crash the same merge is made again from the journal's copy). Marks it starting.
+    private func prepareStart(_ id: Int64) -> (UploadJournal.Record, StartUploadRequest)? {
+        guard var r = records[id] else { return nil }
+        if let p = r.patch {
+            if let v = p.mode { r.params.mode = v }
+            if let v = p.uid { r.params.uid = v }
+            if let v = p.gid { r.params.gid = v }
+            if let v = p.mtimeNs { r.params.mtimeNs = v }
+            if let v = p.atimeNs { r.params.atimeNs = v }
+            if let v = p.isPublic { r.params.isPublic = v }
+            if let v = p.contentType { r.contentType = v }
+            if let v = p.tags { r.tags = v }
+            if let v = p.metadata { r.params.metadata = v }
+            if let set = p.metadataSet { r.params.metadata = (r.params.metadata ?? [:]).merging(set) { $1 } }
+            for k in p.metadataRemove ?? [] { r.params.metadata?[k] = nil }
+            r.patch = nil
+        }
+        records[id] = r
+        starting.insert(id)
+        return (r, StartUploadRequest(fileName: r.location.path.string, contentType: r.contentType, size: r.size, tags: r.tags, params: r.params))
+    }
+
+    /// Small files in one request (`uploadBatch`); each then settles or fails on its own.
+    private func runBatch(_ ids: [Int64], ns: Namespace) async -> FileRecord? {
+        defer {
+            for id in ids {
+                running[id] = nil
+                completing.remove(id)
+                progress.clear(id)
+            }
+            slots -= 1
+            smallSlots -= 1
+            wake.signal()
+        }
+        var items: [(id: Int64, record: UploadJournal.Record, request: StartUploadRequest)] = []
+        for id in ids {
+            guard let (r, request) = prepareStart(id) else { continue }
+            // As for a direct upload: from the first byte the server may store it at any moment.
+            completing.insert(id)
+            items.append((id, r, request))
+        }
+        guard !items.isEmpty else { return nil }
+        logger.debug("batch of \(items.count): #\(items.map(\.id))")
+        let results: [Result<FileRecord, StorageError>]
+        do {
+            results = try await store.uploadBatch(ns, items.map { ($0.request, UploadSource.file(path: $0.record.cacheFile)) })
+        } catch {
+            for item in items {
+                starting.remove(item.id)
+                if !(cancelling.contains(item.id) || stopped) { failed(item.id, error) }
+            }
+            return nil
+        }
+        for (item, result) in zip(items, results) {
+            starting.remove(item.id)
+            switch result {
+            case .success(let stored):
+                progress.set(item.id, item.record.size)
+                _ = await settle(item.id, stored, ns: ns, fallback: item.record.location)
+            case .failure(let error):
+                if !(cancelling.contains(item.id) || stopped) { failed(item.id, error) }
+            }
+        }
+        return nil
+    }
+
     /// One attempt at one record. Returns the stored record when the upload completed.
-    private func run(_ id: Int64) async -> FileRecord? {
+    private func run(_ id: Int64, small: Bool) async -> FileRecord? {
         defer {
             running[id] = nil
             completing.remove(id)
             progress.clear(id)
+            slots -= 1
+            if small { smallSlots -= 1 }
             wake.signal()
         }
         guard var r = records[id], let ns = r.location.namespace else { return nil }
@@ -334,36 +440,12 @@ public actor UploadQueue {
         do {
             var known: Int64?
             if r.session == nil {
-                var params = r.params
-                var tags = r.tags
-                var contentType = r.contentType
-                if let p = r.patch {
-                    // Changes made before the start go with it.
-                    // Not started yet: the changes go with the start.
-                    if let v = p.mode { params.mode = v }
-                    if let v = p.uid { params.uid = v }
-                    if let v = p.gid { params.gid = v }
-                    if let v = p.mtimeNs { params.mtimeNs = v }
-                    if let v = p.atimeNs { params.atimeNs = v }
-                    if let v = p.isPublic { params.isPublic = v }
-                    if let v = p.contentType { contentType = v }
-                    if let v = p.tags { tags = v }
-                    if let v = p.metadata { params.metadata = v }
-                    if let set = p.metadataSet { params.metadata = (params.metadata ?? [:]).merging(set) { $1 } }
-                    for k in p.metadataRemove ?? [] { params.metadata?[k] = nil }
-                }
-                r.params = params
-                r.tags = tags
-                r.contentType = contentType
-                r.patch = nil
-                // Not written to the journal: after a crash the same merge is made again from the journal's copy.
-                records[id] = r
-                starting.insert(id)
+                guard let (prepared, request) = prepareStart(id) else { return nil }
+                r = prepared
                 if r.size <= min(Self.directUploadLimit, chunkSize) {
                     // One request. From its first byte the server may store the file at any moment, so
                     // a cancel or retarget waits for its answer, as it does for a complete.
                     completing.insert(id)
-                    let request = StartUploadRequest(fileName: r.location.path.string, contentType: contentType, size: r.size, tags: tags, params: params)
                     let stored: FileRecord
                     do {
                         // A failure is retried by the queue's back-off, as a whole (the same bytes to the same path).
@@ -378,8 +460,7 @@ public actor UploadQueue {
                 }
                 let session: StartUploadResponse
                 do {
-                    session = try await store.startUpload(
-                        ns, StartUploadRequest(fileName: r.location.path.string, contentType: contentType, size: r.size, tags: tags, params: params))
+                    session = try await store.startUpload(ns, request)
                 } catch {
                     starting.remove(id)
                     throw error

@@ -1,0 +1,96 @@
+import Crypto
+import Foundation
+import NIOCore
+import StorageClient
+import StorageProtocol
+import StorageServer
+import Testing
+
+@Suite("batch upload: several small files in one request")
+struct BatchTests {
+    static func sha(_ bytes: [UInt8]) -> String { SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined() }
+
+    @Test("every file of a batch is stored in order with its declaration; small ones in the database, larger ones as files")
+    func stored() async throws {
+        // A low inline limit, so that one file of the batch takes the staging-file way.
+        try await withServer(configure: { $0.inlineLimit = 1000 }) { s in
+            let contents: [[UInt8]] = [randomBytes(10, seed: 1), [], randomBytes(999, seed: 2), randomBytes(5000, seed: 3)]
+            var files: [(StartUploadRequest, UploadSource)] = []
+            for (i, c) in contents.enumerated() {
+                files.append((StartUploadRequest(fileName: "b/f\(i)", size: Int64(c.count), tags: ["t\(i)"]), .bytes(ByteBuffer(bytes: c))))
+            }
+            let results = try await s.admin.uploadBatch(testNamespace, files)
+            #expect(results.count == 4)
+            for (i, c) in contents.enumerated() {
+                let record = try results[i].get()
+                #expect(record.filePath == "b/f\(i)" && record.size == Int64(c.count) && record.tags == ["t\(i)"])
+                #expect(record.sha256 == Self.sha(c))
+                #expect(try await s.admin.get("b/f\(i)") == c)
+            }
+            #expect(s.blobFileCount() == 1, "only the 5000-byte file is over the limit")
+            #expect(s.stagedFileCount() == 0)
+        }
+    }
+
+    @Test("a file refused in a batch (exists, `..`, wrong SHA-256, a folder's name) changes nothing; the others are stored")
+    func refusedAlone() async throws {
+        try await withServer { s in
+            _ = try await s.admin.put(Array("old".utf8), "keep")
+            _ = try await s.admin.put(Array("x".utf8), "dir/inside")
+            var wrongSHA = UploadParams()
+            wrongSHA.sha256 = String(repeating: "0", count: 64)
+            let files: [(StartUploadRequest, UploadSource)] = [
+                (StartUploadRequest(fileName: "ok1", size: 2), .bytes(ByteBuffer(string: "o1"))),
+                (StartUploadRequest(fileName: "keep", size: 3, params: UploadParams(ifNoneMatch: "*")), .bytes(ByteBuffer(string: "new"))),
+                (StartUploadRequest(fileName: "a/../b", size: 1), .bytes(ByteBuffer(string: "z"))),
+                (StartUploadRequest(fileName: "sha", size: 1, params: wrongSHA), .bytes(ByteBuffer(string: "s"))),
+                (StartUploadRequest(fileName: "dir", size: 1), .bytes(ByteBuffer(string: "d"))),
+                (StartUploadRequest(fileName: "ok2", size: 2), .bytes(ByteBuffer(string: "o2"))),
+            ]
+            let results = try await s.admin.uploadBatch(testNamespace, files)
+            #expect(try results[0].get().filePath == "ok1")
+            #expect(try results[5].get().filePath == "ok2")
+            for (i, kind) in [(1, StorageError.Kind.preconditionFailed), (2, .invalidPath), (3, .checksumMismatch), (4, .isADirectory)] {
+                guard case .failure(let e) = results[i] else {
+                    Issue.record("file \(i) was stored")
+                    continue
+                }
+                #expect(e.kind == kind, "file \(i): \(e)")
+            }
+            #expect(try await s.admin.get("keep") == Array("old".utf8))
+            let names = try await s.admin.list(testNamespace, folder: .root, after: nil, limit: 100).entries.map(\.filePath).sorted()
+            #expect(names == ["dir", "keep", "ok1", "ok2"])
+        }
+    }
+
+    @Test("a batch whose body does not match its declaration, or that breaks a limit, is refused whole and stores nothing")
+    func refusedWhole() async throws {
+        try await withServer { s in
+            let url = Routes.batchUpload(testNamespace)
+            func body(_ files: [StartUploadRequest], _ content: String) -> Data {
+                Data(BatchUpload.header(BatchUpload.Request(files: files))) + Data(content.utf8)
+            }
+            let cases: [(String, Data, Int, String)] = [
+                ("too few bytes", body([StartUploadRequest(fileName: "a", size: 5)], "abc"), 400, "body has 3"),
+                ("too many bytes", body([StartUploadRequest(fileName: "a", size: 1)], "abc"), 400, "body has 3"),
+                ("no header", Data([0, 0]), 400, "declaration's length"),
+                ("length past the end", Data([0, 0, 1, 0]) + Data("{}".utf8), 400, "declaration's length"),
+                ("not JSON", Data([0, 0, 0, 4]) + Data("nope".utf8), 400, "malformed JSON"),
+                ("no files", body([], ""), 400, "1 to \(BatchUpload.maxFiles)"),
+                ("too many files", body(Array(repeating: StartUploadRequest(fileName: "a", size: 0), count: BatchUpload.maxFiles + 1), ""), 400, "1 to"),
+                ("a file too big", body([StartUploadRequest(fileName: "a", size: ServerConfiguration.inlineCeiling + 1)], ""), 400, "bytes"),
+            ]
+            for (label, data, status, words) in cases {
+                let answer = try await s.raw.send("POST", url, headers: [("Content-Type", "application/octet-stream")], body: data)
+                #expect(answer.status == status, "\(label): \(answer.text)")
+                #expect(answer.error?.message.contains(words) == true, "\(label): \(answer.text)")
+            }
+            let reader = try await s.raw.send(
+                "POST", url, token: TestServer.readerToken, body: body([StartUploadRequest(fileName: "a", size: 1)], "x"))
+            #expect(reader.status == 403)
+            #expect(try await s.admin.list(testNamespace, folder: .root, after: nil, limit: 100).entries.isEmpty)
+            #expect(try await s.server.store.statistics().files == 0)
+            #expect(s.blobFileCount() == 0 && s.stagedFileCount() == 0)
+        }
+    }
+}
