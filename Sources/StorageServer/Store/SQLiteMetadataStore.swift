@@ -27,7 +27,7 @@ public final class SQLiteMetadataStore: MetadataStore {
         // answered. Checked, so that no later GRDB can quietly undo it.
         try pool.writeWithoutTransaction { db in
             try db.execute(sql: "PRAGMA synchronous = FULL")
-            guard try Int.fetchOne(db, sql: "PRAGMA synchronous") == 2 else {
+            guard try Int.fetchOne(try db.cachedStatement(sql: "PRAGMA synchronous")) == 2 else {
                 throw DatabaseError(message: "SQLite refused synchronous = FULL for \(path)")
             }
         }
@@ -115,7 +115,7 @@ public final class SQLiteMetadataStore: MetadataStore {
             if let existing = try Self.namespaceInfo(db, ns) { return (existing, false) }
             let now = Timestamp.nowNanoseconds()
             let root = try Self.insertInode(db, ns: ns, kind: .directory, attributes: NewNodeAttributes(), nlink: 2, now: now)
-            try db.execute(sql: "INSERT INTO namespaces(name, root, created_ns) VALUES (?, ?, ?)", arguments: [ns.name, root, now])
+            try db.executeCached(sql: "INSERT INTO namespaces(name, root, created_ns) VALUES (?, ?, ?)", arguments: [ns.name, root, now])
             return (NamespaceInfo(namespace: ns, rootInode: UInt64(root), createdNs: now), true)
         }
     }
@@ -124,25 +124,25 @@ public final class SQLiteMetadataStore: MetadataStore {
         let grace = blobGraceNs
         try await pool.write { db in
             guard let info = try Self.namespaceInfo(db, ns) else { throw StoreError.namespaceNotFound(ns) }
-            let children = try Int.fetchOne(db, sql: "SELECT count(*) FROM entries WHERE parent = ?", arguments: [info.rootInode]) ?? 0
+            let children = try Int.fetchOne(try db.cachedStatement(sql: "SELECT count(*) FROM entries WHERE parent = ?"), arguments: [info.rootInode]) ?? 0
             if children > 0 && !recursive { throw StoreError.notEmpty(.root) }
             let deadline = Timestamp.nowNanoseconds() + grace
-            try db.execute(
+            try db.executeCached(
                 sql: """
                     INSERT OR IGNORE INTO dead_blobs(blob, delete_after)
                     SELECT blob, ? FROM inodes WHERE namespace = ? AND blob IS NOT NULL
                     """,
                 arguments: [deadline, ns.name])
-            try db.execute(sql: "DELETE FROM entries WHERE ino IN (SELECT ino FROM inodes WHERE namespace = ?)", arguments: [ns.name])
-            try db.execute(sql: "DELETE FROM inodes WHERE namespace = ?", arguments: [ns.name])
-            try db.execute(sql: "DELETE FROM namespaces WHERE name = ?", arguments: [ns.name])
-            try db.execute(sql: "UPDATE uploads SET expires_at = 0 WHERE namespace = ? AND state = 'open'", arguments: [ns.name])
+            try db.executeCached(sql: "DELETE FROM entries WHERE ino IN (SELECT ino FROM inodes WHERE namespace = ?)", arguments: [ns.name])
+            try db.executeCached(sql: "DELETE FROM inodes WHERE namespace = ?", arguments: [ns.name])
+            try db.executeCached(sql: "DELETE FROM namespaces WHERE name = ?", arguments: [ns.name])
+            try db.executeCached(sql: "UPDATE uploads SET expires_at = 0 WHERE namespace = ? AND state = 'open'", arguments: [ns.name])
         }
     }
 
     public func namespaces() async throws -> [NamespaceInfo] {
         try await pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT name, root, created_ns FROM namespaces ORDER BY name").compactMap { row in
+            try Row.fetchAll(try db.cachedStatement(sql: "SELECT name, root, created_ns FROM namespaces ORDER BY name")).compactMap { row in
                 guard let ns = try? Namespace(row["name"] as String) else { return nil }
                 return NamespaceInfo(namespace: ns, rootInode: UInt64(row["root"] as Int64), createdNs: row["created_ns"])
             }
@@ -154,7 +154,7 @@ public final class SQLiteMetadataStore: MetadataStore {
     }
 
     static func namespaceInfo(_ db: Database, _ ns: Namespace) throws -> NamespaceInfo? {
-        guard let row = try Row.fetchOne(db, sql: "SELECT root, created_ns FROM namespaces WHERE name = ?", arguments: [ns.name]) else {
+        guard let row = try Row.fetchOne(try db.cachedStatement(sql: "SELECT root, created_ns FROM namespaces WHERE name = ?"), arguments: [ns.name]) else {
             return nil
         }
         return NamespaceInfo(namespace: ns, rootInode: UInt64(row["root"] as Int64), createdNs: row["created_ns"])
@@ -171,7 +171,7 @@ public final class SQLiteMetadataStore: MetadataStore {
 
     public func node(inode: UInt64) async throws -> Node? {
         try await pool.read { db in
-            guard let row = try Row.fetchOne(db, sql: "SELECT * FROM inodes WHERE ino = ?", arguments: [Int64(inode)]) else { return nil }
+            guard let row = try Row.fetchOne(try db.cachedStatement(sql: "SELECT * FROM inodes WHERE ino = ?"), arguments: [Int64(inode)]) else { return nil }
             let ino = try Self.decodeInode(row)
             guard let ns = try? Namespace(row["namespace"] as String), let path = try Self.path(db, of: Int64(inode), in: ns) else {
                 return nil
@@ -199,7 +199,7 @@ public final class SQLiteMetadataStore: MetadataStore {
             filter += " AND instr(lower(e.name), lower(:search)) > 0"
             args["search"] = search
         }
-        let total = try Int.fetchOne(db, sql: "SELECT count(*) FROM entries e WHERE \(filter)", arguments: StatementArguments(args)) ?? 0
+        let total = try Int.fetchOne(try db.cachedStatement(sql: "SELECT count(*) FROM entries e WHERE \(filter)"), arguments: StatementArguments(args)) ?? 0
         var pageFilter = filter
         if let after = q.after {
             pageFilter += " AND e.name > :after"
@@ -237,7 +237,7 @@ public final class SQLiteMetadataStore: MetadataStore {
             filter += " AND instr(lower(tree.name), lower(:search)) > 0"
             args["search"] = search
         }
-        let total = try Int.fetchOne(db, sql: "\(tree) SELECT count(*) FROM tree WHERE \(filter)", arguments: StatementArguments(args)) ?? 0
+        let total = try Int.fetchOne(try db.cachedStatement(sql: "\(tree) SELECT count(*) FROM tree WHERE \(filter)"), arguments: StatementArguments(args)) ?? 0
         if let after = q.after {
             filter += " AND tree.path > :after"
             args["after"] = after
@@ -288,7 +288,7 @@ public final class SQLiteMetadataStore: MetadataStore {
             let parent = try Self.resolveFolder(db, ns, path.parent)
             guard let ino = try Self.lookup(db, parent, path.name) else { throw StoreError.notFound(path) }
             guard try Self.kind(db, ino) == .directory else { throw StoreError.notADirectory(path) }
-            let children = try Int.fetchOne(db, sql: "SELECT count(*) FROM entries WHERE parent = ?", arguments: [ino]) ?? 0
+            let children = try Int.fetchOne(try db.cachedStatement(sql: "SELECT count(*) FROM entries WHERE parent = ?"), arguments: [ino]) ?? 0
             guard children == 0 else { throw StoreError.notEmpty(path) }
             let now = Timestamp.nowNanoseconds()
             try Self.removeEntry(db, parent: parent, name: path.name, ino: ino, isDirectory: true, now: now, graceNs: 0)
@@ -329,16 +329,16 @@ public final class SQLiteMetadataStore: MetadataStore {
                 if target.kind == .directory && from.isWithin(to) {
                     throw StoreError.invalidRename("cannot exchange `\(to)` with something inside it")
                 }
-                try db.execute(sql: "UPDATE entries SET ino = ? WHERE parent = ? AND name = ?", arguments: [other, fromParent, from.name])
-                try db.execute(sql: "UPDATE entries SET ino = ? WHERE parent = ? AND name = ?", arguments: [ino, toParent, to.name])
+                try db.executeCached(sql: "UPDATE entries SET ino = ? WHERE parent = ? AND name = ?", arguments: [other, fromParent, from.name])
+                try db.executeCached(sql: "UPDATE entries SET ino = ? WHERE parent = ? AND name = ?", arguments: [ino, toParent, to.name])
                 if fromParent != toParent {
                     let delta = (source.kind == .directory ? 1 : 0) - (target.kind == .directory ? 1 : 0)
                     if delta != 0 {
-                        try db.execute(sql: "UPDATE inodes SET nlink = nlink - ? WHERE ino = ?", arguments: [delta, fromParent])
-                        try db.execute(sql: "UPDATE inodes SET nlink = nlink + ? WHERE ino = ?", arguments: [delta, toParent])
+                        try db.executeCached(sql: "UPDATE inodes SET nlink = nlink - ? WHERE ino = ?", arguments: [delta, fromParent])
+                        try db.executeCached(sql: "UPDATE inodes SET nlink = nlink + ? WHERE ino = ?", arguments: [delta, toParent])
                     }
                 }
-                try db.execute(sql: "UPDATE inodes SET ctime_ns = ? WHERE ino IN (?, ?)", arguments: [now, ino, other])
+                try db.executeCached(sql: "UPDATE inodes SET ctime_ns = ? WHERE ino IN (?, ?)", arguments: [now, ino, other])
                 try Self.touchDirectories(db, [fromParent, toParent], now: now)
                 return Node(namespace: ns, path: to, inode: try Self.inode(db, ino))
             }
@@ -351,20 +351,20 @@ public final class SQLiteMetadataStore: MetadataStore {
                 let target = try Self.inode(db, existing)
                 if source.kind == .directory {
                     guard target.kind == .directory else { throw StoreError.notADirectory(to) }
-                    let children = try Int.fetchOne(db, sql: "SELECT count(*) FROM entries WHERE parent = ?", arguments: [existing]) ?? 0
+                    let children = try Int.fetchOne(try db.cachedStatement(sql: "SELECT count(*) FROM entries WHERE parent = ?"), arguments: [existing]) ?? 0
                     guard children == 0 else { throw StoreError.notEmpty(to) }
                 } else if target.kind == .directory {
                     throw StoreError.isADirectory(to)
                 }
                 try Self.removeEntry(db, parent: toParent, name: to.name, ino: existing, isDirectory: target.kind == .directory, now: now, graceNs: grace)
             }
-            try db.execute(sql: "DELETE FROM entries WHERE parent = ? AND name = ?", arguments: [fromParent, from.name])
-            try db.execute(sql: "INSERT INTO entries(parent, name, ino) VALUES (?, ?, ?)", arguments: [toParent, to.name, ino])
+            try db.executeCached(sql: "DELETE FROM entries WHERE parent = ? AND name = ?", arguments: [fromParent, from.name])
+            try db.executeCached(sql: "INSERT INTO entries(parent, name, ino) VALUES (?, ?, ?)", arguments: [toParent, to.name, ino])
             if source.kind == .directory && fromParent != toParent {
-                try db.execute(sql: "UPDATE inodes SET nlink = nlink - 1 WHERE ino = ?", arguments: [fromParent])
-                try db.execute(sql: "UPDATE inodes SET nlink = nlink + 1 WHERE ino = ?", arguments: [toParent])
+                try db.executeCached(sql: "UPDATE inodes SET nlink = nlink - 1 WHERE ino = ?", arguments: [fromParent])
+                try db.executeCached(sql: "UPDATE inodes SET nlink = nlink + 1 WHERE ino = ?", arguments: [toParent])
             }
-            try db.execute(sql: "UPDATE inodes SET ctime_ns = ? WHERE ino = ?", arguments: [now, ino])
+            try db.executeCached(sql: "UPDATE inodes SET ctime_ns = ? WHERE ino = ?", arguments: [now, ino])
             try Self.touchDirectories(db, [fromParent, toParent], now: now)
             return Node(namespace: ns, path: to, inode: try Self.inode(db, ino))
         }
@@ -391,7 +391,7 @@ public final class SQLiteMetadataStore: MetadataStore {
             if try Self.lookup(db, parent, to.name) != nil { throw StoreError.exists(to) }
             let now = Timestamp.nowNanoseconds()
             try Self.insertEntry(db, parent: parent, name: to.name, ino: ino, now: now)
-            try db.execute(sql: "UPDATE inodes SET nlink = nlink + 1, ctime_ns = ? WHERE ino = ?", arguments: [now, ino])
+            try db.executeCached(sql: "UPDATE inodes SET nlink = nlink + 1, ctime_ns = ? WHERE ino = ?", arguments: [now, ino])
             return Node(namespace: ns, path: to, inode: try Self.inode(db, ino))
         }
     }
@@ -416,7 +416,7 @@ public final class SQLiteMetadataStore: MetadataStore {
             if let a = patch.atimeNs { inode.atimeNs = a }
             if let m = patch.mtimeNs { inode.mtimeNs = m }
             inode.ctimeNs = now
-            try db.execute(
+            try db.executeCached(
                 sql: """
                     UPDATE inodes SET tags = ?, metadata = ?, content_type = ?, public = ?, mode = ?, uid = ?, gid = ?,
                         atime_ns = ?, mtime_ns = ?, ctime_ns = ? WHERE ino = ?
@@ -452,7 +452,7 @@ public final class SQLiteMetadataStore: MetadataStore {
     public func createUpload(_ u: UploadRecord) async throws {
         try await pool.write { db in
             guard try Self.namespaceInfo(db, u.namespace) != nil else { throw StoreError.namespaceNotFound(u.namespace) }
-            try db.execute(
+            try db.executeCached(
                 sql: """
                     INSERT INTO uploads(id, namespace, path, size, content_type, tags, params, created_ns, expires_at, state, result_ino, auto_complete)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -467,25 +467,25 @@ public final class SQLiteMetadataStore: MetadataStore {
 
     public func upload(id: String) async throws -> UploadRecord? {
         try await pool.read { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM uploads WHERE id = ?", arguments: [id]).map(Self.decodeUpload)
+            try Row.fetchOne(try db.cachedStatement(sql: "SELECT * FROM uploads WHERE id = ?"), arguments: [id]).map(Self.decodeUpload)
         }
     }
 
     public func deleteUpload(id: String) async throws {
-        try await pool.write { db in try db.execute(sql: "DELETE FROM uploads WHERE id = ?", arguments: [id]) }
+        try await pool.write { db in try db.executeCached(sql: "DELETE FROM uploads WHERE id = ?", arguments: [id]) }
     }
 
     public func publish(_ upload: UploadRecord, blob: BlobInfo) async throws -> Node {
         let grace = blobGraceNs
         return try await pool.write { db in
-            guard let current = try Row.fetchOne(db, sql: "SELECT * FROM uploads WHERE id = ?", arguments: [upload.id]).map(Self.decodeUpload) else {
+            guard let current = try Row.fetchOne(try db.cachedStatement(sql: "SELECT * FROM uploads WHERE id = ?"), arguments: [upload.id]).map(Self.decodeUpload) else {
                 throw StoreError.notFound(upload.path)
             }
             if current.state == .completed, let ino = current.resultInode {
                 return Node(namespace: upload.namespace, path: upload.path, inode: try Self.inode(db, Int64(ino)))
             }
             let node = try Self.placeFile(db, upload, blob: blob, graceNs: grace)
-            try db.execute(sql: "UPDATE uploads SET state = 'completed', result_ino = ? WHERE id = ?", arguments: [Int64(node.inode.ino), upload.id])
+            try db.executeCached(sql: "UPDATE uploads SET state = 'completed', result_ino = ? WHERE id = ?", arguments: [Int64(node.inode.ino), upload.id])
             return node
         }
     }
@@ -514,11 +514,11 @@ public final class SQLiteMetadataStore: MetadataStore {
     }
 
     public func inlineBlob(_ id: String) async throws -> Data? {
-        try await pool.read { db in try Data.fetchOne(db, sql: "SELECT data FROM inline_blobs WHERE id = ?", arguments: [id]) }
+        try await pool.read { db in try Data.fetchOne(try db.cachedStatement(sql: "SELECT data FROM inline_blobs WHERE id = ?"), arguments: [id]) }
     }
 
     static func insertInline(_ db: Database, id: String, _ bytes: Data) throws {
-        try db.execute(sql: "INSERT INTO inline_blobs(id, data) VALUES (?, ?)", arguments: [id, bytes])
+        try db.executeCached(sql: "INSERT INTO inline_blobs(id, data) VALUES (?, ?)", arguments: [id, bytes])
     }
 
     /// Creates the file an upload names, or points the existing one at the new blob (inside a transaction).
@@ -588,7 +588,7 @@ public final class SQLiteMetadataStore: MetadataStore {
     }
 
     private static func updateContent(_ db: Database, _ ino: Int64, _ i: Inode) throws {
-        try db.execute(
+        try db.executeCached(
             sql: """
                 UPDATE inodes SET blob = ?, size = ?, sha256 = ?, content_type = ?, tags = ?, metadata = ?, public = ?,
                     mode = ?, uid = ?, gid = ?, atime_ns = ?, mtime_ns = ?, ctime_ns = ? WHERE ino = ?
@@ -603,14 +603,14 @@ public final class SQLiteMetadataStore: MetadataStore {
 
     public func expiredUploads(before seconds: Int64, limit: Int) async throws -> [UploadRecord] {
         try await pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM uploads WHERE expires_at < ? ORDER BY expires_at LIMIT ?", arguments: [seconds, limit])
+            try Row.fetchAll(try db.cachedStatement(sql: "SELECT * FROM uploads WHERE expires_at < ? ORDER BY expires_at LIMIT ?"), arguments: [seconds, limit])
                 .map(Self.decodeUpload)
         }
     }
 
     public func dueDeadBlobs(before nanoseconds: Int64, limit: Int) async throws -> [String] {
         try await pool.read { db in
-            try String.fetchAll(db, sql: "SELECT blob FROM dead_blobs WHERE delete_after < ? LIMIT ?", arguments: [nanoseconds, limit])
+            try String.fetchAll(try db.cachedStatement(sql: "SELECT blob FROM dead_blobs WHERE delete_after < ? LIMIT ?"), arguments: [nanoseconds, limit])
         }
     }
 
@@ -618,7 +618,7 @@ public final class SQLiteMetadataStore: MetadataStore {
         guard !ids.isEmpty else { return }
         try await pool.write { db in
             for id in ids {
-                try db.execute(sql: "DELETE FROM dead_blobs WHERE blob = ?", arguments: [id])
+                try db.executeCached(sql: "DELETE FROM dead_blobs WHERE blob = ?", arguments: [id])
                 try db.execute(
                     sql: "DELETE FROM inline_blobs WHERE id = ? AND NOT EXISTS (SELECT 1 FROM inodes WHERE blob = ?)", arguments: [id, id])
             }
@@ -626,7 +626,7 @@ public final class SQLiteMetadataStore: MetadataStore {
     }
 
     public func isBlobInUse(_ id: String) async throws -> Bool {
-        try await pool.read { db in try Bool.fetchOne(db, sql: "SELECT EXISTS(SELECT 1 FROM inodes WHERE blob = ?)", arguments: [id]) ?? false }
+        try await pool.read { db in try Bool.fetchOne(try db.cachedStatement(sql: "SELECT EXISTS(SELECT 1 FROM inodes WHERE blob = ?)"), arguments: [id]) ?? false }
     }
 
     public func referencedBlobs(among ids: [String]) async throws -> Set<String> {
@@ -634,9 +634,9 @@ public final class SQLiteMetadataStore: MetadataStore {
         return try await pool.read { db in
             var used = Set<String>()
             for id in ids {
-                let inInodes = try Bool.fetchOne(db, sql: "SELECT EXISTS(SELECT 1 FROM inodes WHERE blob = ?)", arguments: [id]) ?? false
-                let inUploads = try Bool.fetchOne(db, sql: "SELECT EXISTS(SELECT 1 FROM uploads WHERE id = ? AND state = 'open')", arguments: [id]) ?? false
-                let dead = try Bool.fetchOne(db, sql: "SELECT EXISTS(SELECT 1 FROM dead_blobs WHERE blob = ?)", arguments: [id]) ?? false
+                let inInodes = try Bool.fetchOne(try db.cachedStatement(sql: "SELECT EXISTS(SELECT 1 FROM inodes WHERE blob = ?)"), arguments: [id]) ?? false
+                let inUploads = try Bool.fetchOne(try db.cachedStatement(sql: "SELECT EXISTS(SELECT 1 FROM uploads WHERE id = ? AND state = 'open')"), arguments: [id]) ?? false
+                let dead = try Bool.fetchOne(try db.cachedStatement(sql: "SELECT EXISTS(SELECT 1 FROM dead_blobs WHERE blob = ?)"), arguments: [id]) ?? false
                 if inInodes || inUploads || dead { used.insert(id) }
             }
             return used
@@ -645,13 +645,13 @@ public final class SQLiteMetadataStore: MetadataStore {
 
     public func statistics() async throws -> StoreStatistics {
         try await pool.read { db in
-            let row = try Row.fetchOne(db, sql: "SELECT count(*) AS n, coalesce(sum(size), 0) AS bytes FROM inodes WHERE kind = 'file'")
+            let row = try Row.fetchOne(try db.cachedStatement(sql: "SELECT count(*) AS n, coalesce(sum(size), 0) AS bytes FROM inodes WHERE kind = 'file'"))
             return StoreStatistics(
-                namespaces: try Int.fetchOne(db, sql: "SELECT count(*) FROM namespaces") ?? 0,
+                namespaces: try Int.fetchOne(try db.cachedStatement(sql: "SELECT count(*) FROM namespaces")) ?? 0,
                 files: row?["n"] ?? 0,
                 bytes: row?["bytes"] ?? 0,
-                openUploads: try Int.fetchOne(db, sql: "SELECT count(*) FROM uploads WHERE state = 'open'") ?? 0,
-                deadBlobs: try Int.fetchOne(db, sql: "SELECT count(*) FROM dead_blobs") ?? 0)
+                openUploads: try Int.fetchOne(try db.cachedStatement(sql: "SELECT count(*) FROM uploads WHERE state = 'open'")) ?? 0,
+                deadBlobs: try Int.fetchOne(try db.cachedStatement(sql: "SELECT count(*) FROM dead_blobs")) ?? 0)
         }
     }
 }
@@ -660,18 +660,18 @@ public final class SQLiteMetadataStore: MetadataStore {
 
 extension SQLiteMetadataStore {
     static func rootInode(_ db: Database, _ ns: Namespace) throws -> Int64 {
-        guard let root = try Int64.fetchOne(db, sql: "SELECT root FROM namespaces WHERE name = ?", arguments: [ns.name]) else {
+        guard let root = try Int64.fetchOne(try db.cachedStatement(sql: "SELECT root FROM namespaces WHERE name = ?"), arguments: [ns.name]) else {
             throw StoreError.namespaceNotFound(ns)
         }
         return root
     }
 
     static func lookup(_ db: Database, _ parent: Int64, _ name: String) throws -> Int64? {
-        try Int64.fetchOne(db, sql: "SELECT ino FROM entries WHERE parent = ? AND name = ?", arguments: [parent, name])
+        try Int64.fetchOne(try db.cachedStatement(sql: "SELECT ino FROM entries WHERE parent = ? AND name = ?"), arguments: [parent, name])
     }
 
     static func kind(_ db: Database, _ ino: Int64) throws -> NodeKind {
-        guard let raw = try String.fetchOne(db, sql: "SELECT kind FROM inodes WHERE ino = ?", arguments: [ino]), let kind = NodeKind(rawValue: raw)
+        guard let raw = try String.fetchOne(try db.cachedStatement(sql: "SELECT kind FROM inodes WHERE ino = ?"), arguments: [ino]), let kind = NodeKind(rawValue: raw)
         else { throw StoreError.conflict("inode \(ino) is missing") }
         return kind
     }
@@ -715,7 +715,7 @@ extension SQLiteMetadataStore {
     static func insertDirectory(_ db: Database, _ ns: Namespace, parent: Int64, name: String, attributes: NewNodeAttributes, now: Int64) throws -> Int64 {
         let ino = try insertInode(db, ns: ns, kind: .directory, attributes: attributes, nlink: 2, now: now)
         try insertEntry(db, parent: parent, name: name, ino: ino, now: now)
-        try db.execute(sql: "UPDATE inodes SET nlink = nlink + 1 WHERE ino = ?", arguments: [parent])
+        try db.executeCached(sql: "UPDATE inodes SET nlink = nlink + 1 WHERE ino = ?", arguments: [parent])
         return ino
     }
 
@@ -723,7 +723,7 @@ extension SQLiteMetadataStore {
         _ db: Database, ns: Namespace, kind: NodeKind, attributes: NewNodeAttributes, nlink: Int, now: Int64, target: String? = nil,
         rdev: UInt64? = nil
     ) throws -> Int64 {
-        try db.execute(
+        try db.executeCached(
             sql: """
                 INSERT INTO inodes(namespace, kind, mode, uid, gid, nlink, size, target, rdev, atime_ns, mtime_ns, ctime_ns, btime_ns)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -736,38 +736,38 @@ extension SQLiteMetadataStore {
     }
 
     static func insertEntry(_ db: Database, parent: Int64, name: String, ino: Int64, now: Int64) throws {
-        try db.execute(sql: "INSERT INTO entries(parent, name, ino) VALUES (?, ?, ?)", arguments: [parent, name, ino])
+        try db.executeCached(sql: "INSERT INTO entries(parent, name, ino) VALUES (?, ?, ?)", arguments: [parent, name, ino])
         try touchDirectories(db, [parent], now: now)
     }
 
     /// Removes one entry; drops the inode (and retires its blob) when no entry is left.
     static func removeEntry(_ db: Database, parent: Int64, name: String, ino: Int64, isDirectory: Bool, now: Int64, graceNs: Int64) throws {
-        try db.execute(sql: "DELETE FROM entries WHERE parent = ? AND name = ?", arguments: [parent, name])
+        try db.executeCached(sql: "DELETE FROM entries WHERE parent = ? AND name = ?", arguments: [parent, name])
         try touchDirectories(db, [parent], now: now)
         if isDirectory {
-            try db.execute(sql: "UPDATE inodes SET nlink = nlink - 1 WHERE ino = ?", arguments: [parent])
-            try db.execute(sql: "DELETE FROM inodes WHERE ino = ?", arguments: [ino])
+            try db.executeCached(sql: "UPDATE inodes SET nlink = nlink - 1 WHERE ino = ?", arguments: [parent])
+            try db.executeCached(sql: "DELETE FROM inodes WHERE ino = ?", arguments: [ino])
             return
         }
-        let remaining = try Int.fetchOne(db, sql: "SELECT count(*) FROM entries WHERE ino = ?", arguments: [ino]) ?? 0
+        let remaining = try Int.fetchOne(try db.cachedStatement(sql: "SELECT count(*) FROM entries WHERE ino = ?"), arguments: [ino]) ?? 0
         if remaining == 0 {
-            if let blob = try String.fetchOne(db, sql: "SELECT blob FROM inodes WHERE ino = ?", arguments: [ino]) {
+            if let blob = try String.fetchOne(try db.cachedStatement(sql: "SELECT blob FROM inodes WHERE ino = ?"), arguments: [ino]) {
                 try retire(db, blob: blob, now: now, graceNs: graceNs)
             }
-            try db.execute(sql: "DELETE FROM inodes WHERE ino = ?", arguments: [ino])
+            try db.executeCached(sql: "DELETE FROM inodes WHERE ino = ?", arguments: [ino])
         } else {
-            try db.execute(sql: "UPDATE inodes SET nlink = ?, ctime_ns = ? WHERE ino = ?", arguments: [remaining, now, ino])
+            try db.executeCached(sql: "UPDATE inodes SET nlink = ?, ctime_ns = ? WHERE ino = ?", arguments: [remaining, now, ino])
         }
     }
 
     /// Queues a blob for deletion once no read can still need it.
     static func retire(_ db: Database, blob: String, now: Int64, graceNs: Int64) throws {
-        try db.execute(sql: "INSERT OR REPLACE INTO dead_blobs(blob, delete_after) VALUES (?, ?)", arguments: [blob, now + graceNs])
+        try db.executeCached(sql: "INSERT OR REPLACE INTO dead_blobs(blob, delete_after) VALUES (?, ?)", arguments: [blob, now + graceNs])
     }
 
     static func touchDirectories(_ db: Database, _ inos: [Int64], now: Int64) throws {
         for ino in Set(inos) {
-            try db.execute(sql: "UPDATE inodes SET mtime_ns = ?, ctime_ns = ? WHERE ino = ?", arguments: [now, now, ino])
+            try db.executeCached(sql: "UPDATE inodes SET mtime_ns = ?, ctime_ns = ? WHERE ino = ?", arguments: [now, now, ino])
         }
     }
 
@@ -777,7 +777,7 @@ extension SQLiteMetadataStore {
         var names: [String] = []
         var current = ino
         while current != root {
-            guard let row = try Row.fetchOne(db, sql: "SELECT parent, name FROM entries WHERE ino = ? LIMIT 1", arguments: [current]) else {
+            guard let row = try Row.fetchOne(try db.cachedStatement(sql: "SELECT parent, name FROM entries WHERE ino = ? LIMIT 1"), arguments: [current]) else {
                 return nil
             }
             names.append(row["name"])
@@ -788,7 +788,7 @@ extension SQLiteMetadataStore {
     }
 
     static func inode(_ db: Database, _ ino: Int64) throws -> Inode {
-        guard let row = try Row.fetchOne(db, sql: "SELECT * FROM inodes WHERE ino = ?", arguments: [ino]) else {
+        guard let row = try Row.fetchOne(try db.cachedStatement(sql: "SELECT * FROM inodes WHERE ino = ?"), arguments: [ino]) else {
             throw StoreError.conflict("inode \(ino) is missing")
         }
         return try decodeInode(row)
@@ -852,5 +852,14 @@ extension SQLiteMetadataStore {
             if v == "*" { return true }
             return v.trimmingCharacters(in: CharacterSet(charactersIn: "\"")) == etag
         }
+    }
+}
+
+extension Database {
+    /// One statement with arguments, compiled once per connection and kept (GRDB's statement
+    /// cache): stowd runs the same few statements for every file, and compiling them (parser and
+    /// GRDB's authorizer) cost more than running them (perf, 2026-11-22).
+    func executeCached(sql: String, arguments: StatementArguments) throws {
+        try cachedStatement(sql: sql).execute(arguments: arguments)
     }
 }
