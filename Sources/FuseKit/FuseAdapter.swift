@@ -210,7 +210,12 @@ final class FuseAdapter: Sendable {
     }
 
     func flush(_ req: FuseRequest, ino: InodeNumber, handle: UInt64) {
-        respond(req, { () async throws(FSError) in try await self.engine.flush(ino, handle: handle) }) { r, _ in r.replyOK() }
+        do {
+            try engine.flushHere(ino, handle: handle)
+            req.replyOK()
+        } catch {
+            req.reply(error: error)
+        }
     }
 
     func release(_ req: FuseRequest, ino: InodeNumber, handle: UInt64) {

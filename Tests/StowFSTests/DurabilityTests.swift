@@ -77,6 +77,50 @@ struct DurabilityTests {
         #expect(await second.fs.status().queue.files == 0)
     }
 
+    @Test("a small file's bytes kept in its journal record survive a crash that took its never-fsynced local copy")
+    func contentFromJournal() async throws {
+        let base = InMemoryObjectStore(namespaces: [ns])
+        let faulty = FaultInjectingObjectStore(wrapping: base)
+        let dir = FileManager.default.temporaryDirectory.path + "/stowfs-crash-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let small = (0..<3000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        let large = (0..<(Int(UploadJournal.contentLimit) + 10)).map { UInt8(truncatingIfNeeded: $0 &* 13) }
+        do {
+            let first = try await Harness.make(store: faulty, cacheDirectory: dir)
+            faulty.isOffline = true
+            try await first.write("small.bin", small)
+            try await first.write("large.bin", large)
+            // A file flushed twice while open: the second flush's bytes are what is owed.
+            let (entry, opened) = try first.fs.create(parent: .root, name: "open.bin", mode: 0o644, caller: .root)
+            _ = try first.fs.write(entry.ino, handle: opened.handle, offset: 0, bytes: Array("first".utf8))
+            try await first.fs.flush(entry.ino, handle: opened.handle)
+            _ = try first.fs.write(entry.ino, handle: opened.handle, offset: 5, bytes: Array(" and second".utf8))
+            try await first.fs.flush(entry.ino, handle: opened.handle)
+            await first.close(keepCache: true)
+        } catch {
+            Issue.record("\(error)")
+        }
+        // The power cut: local copies never fsynced come back empty (the large one was fsynced).
+        let files = dir + "/files"
+        var emptied = 0
+        for name in try FileManager.default.contentsOfDirectory(atPath: files) {
+            let path = files + "/" + name
+            if (try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int ?? 0) <= Int(UploadJournal.contentLimit) {
+                #expect(truncate(path, 0) == 0)
+                emptied += 1
+            }
+        }
+        #expect(emptied == 2)
+        faulty.isOffline = false
+        let second = try await Harness.make(store: base, cacheDirectory: dir)
+        defer { Task { await second.close() } }
+        #expect(try await second.read("small.bin") == small)
+        await second.fs.sync()
+        #expect(try await second.storedBytes("small.bin") == small)
+        #expect(try await second.storedBytes("large.bin") == large)
+        #expect(try await second.stored("open.bin") == "first and second")
+    }
+
     @Test("a large upload interrupted by a crash resumes from the server's offset, not from zero")
     func resumeFromOffset() async throws {
         let base = InMemoryObjectStore(namespaces: [ns])

@@ -103,6 +103,11 @@ struct Harness: Sendable {
     func text(_ path: String) async throws -> String { String(decoding: try await read(path), as: UTF8.self) }
 
     /// The content the server holds.
+    func storedBytes(_ path: String) async throws -> [UInt8] {
+        let url = try await store.signedURLs(ns, [try StoragePath(path)], expiry: 60)[0].signedUrl
+        return Array(try await store.read(url: url, range: nil, ifMatch: nil).bytes.readableBytesView)
+    }
+
     func stored(_ path: String) async throws -> String {
         let url = try await store.signedURLs(ns, [try StoragePath(path)], expiry: 60)[0].signedUrl
         return String(buffer: try await store.read(url: url, range: nil, ifMatch: nil).bytes)

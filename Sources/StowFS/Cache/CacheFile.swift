@@ -1,5 +1,5 @@
 import CStowSystem
-import Foundation
+public import Foundation
 import SystemPackage
 #if canImport(Glibc)
 import Glibc
@@ -35,6 +35,27 @@ public final class CacheFile: Sendable {
         } catch {
             throw FSError.io("write to \(path): \(error)")
         }
+    }
+
+    /// The first `size` bytes, read at once (a small file's whole content); fewer if the file is shorter.
+    public func readAll(size: Int64) throws(FSError) -> Data {
+        var data = Data(count: Int(size))
+        var got = 0
+        var failure: Int32 = 0
+        data.withUnsafeMutableBytes { space in
+            while got < Int(size) {
+                let n = pread(descriptor, space.baseAddress! + got, Int(size) - got, off_t(got))
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    failure = errno
+                    return
+                }
+                if n == 0 { return }
+                got += n
+            }
+        }
+        guard failure == 0 else { throw FSError.io("read \(path): \(String(cString: strerror(failure)))") }
+        return data.prefix(got)
     }
 
     public func truncate(to size: Int64) throws(FSError) {

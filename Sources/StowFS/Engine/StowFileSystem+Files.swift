@@ -429,21 +429,35 @@ extension StowFileSystem {
     /// close(2) of one descriptor: what was written is made durable here (local file fsynced, journal
     /// record written) before this returns. The upload itself waits for the last close.
     public func flush(_ ino: InodeNumber, handle: UInt64) async throws(FSError) {
+        try flushHere(ino, handle: handle)
+    }
+
+    /// flush without a task: an fsync and a journal commit, on the caller's thread (FuseKit calls it
+    /// on the FUSE thread, so that close(2) waits for the disk and nothing else).
+    public func flushHere(_ ino: InodeNumber, handle: UInt64) throws(FSError) {
         let plan = try state.withLock { (s: inout State) throws(FSError) -> (CacheFile, Int64, UInt64, Int64?, Location, UploadParams, String?, [String]?)? in
             guard let h = s.handles[handle], h.writable, let e = s.inodes[ino], let local = e.local, local.dirty, !e.unlinked else { return nil }
             let (params, ct, tags) = uploadParams(e)
             return (local.file, local.size, local.changes, local.heldUpload, try self.location(s, ino), params, ct, tags)
         }
         guard let (file, size, changes, held, location, params, contentType, tags) = plan else { return }
-        // `changes` was read before the fsync: a write racing with it counts as a later change.
-        try file.sync()
+        // A small file's bytes go into its journal record — one commit makes both durable; a
+        // larger copy is fsynced. `changes` was read before either: a write racing with it counts
+        // as a later change.
+        var content: Data?
+        if size <= UploadJournal.contentLimit {
+            content = try file.readAll(size: size)
+        } else {
+            try file.sync()
+        }
         do {
             let id: Int64
             if let held {
-                try await queue.updateHeld(held, size: size, params: params)
+                try queue.updateHeldNow(held, size: size, params: params, content: content)
                 id = held
             } else {
-                id = try await queue.enqueue(location: location, cacheFile: file.path, size: size, params: params, contentType: contentType, tags: tags, held: true)
+                id = try queue.enqueueHeld(
+                    location: location, cacheFile: file.path, size: size, params: params, contentType: contentType, tags: tags, content: content)
                 state.withLock { s in
                     s.inodes[ino]?.local?.heldUpload = id
                     s.uploadOwner[id] = ino

@@ -1,4 +1,7 @@
-import Foundation
+public import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import GRDB
 public import StorageProtocol
@@ -77,21 +80,49 @@ public final class UploadJournal: Sendable {
                     );
                     """)
         }
+        // A small file's bytes in its record: one commit makes the record and the content durable,
+        // where an fsync of the local copy and a commit took two (see `insert`).
+        migrator.registerMigration("v2 content") { db in
+            try db.execute(sql: "ALTER TABLE uploads ADD COLUMN content BLOB")
+        }
         try migrator.migrate(db)
     }
+
+    /// The largest content kept in a record.
+    public static let contentLimit: Int64 = 64 << 10
 
     static func json<T: Encodable>(_ v: T?) -> String? { v.map { String(decoding: WireJSON.encode($0), as: UTF8.self) } }
     static func decode<T: Decodable>(_ s: String?, _ t: T.Type) -> T? { s.flatMap { try? JSONDecoder().decode(T.self, from: Data($0.utf8)) } }
 
-    /// Adds a record; returns its id.
+    /// Adds a record; returns its id. With `content` (the local copy's bytes, at most
+    /// `contentLimit`), the copy need not have been fsynced: `restoreContents` writes it back after a crash.
     public func insert(
         location: Location, cacheFile: String, size: Int64, params: UploadParams, contentType: String?, tags: [String]?, patch: FilePatch?,
-        state: Record.State
+        state: Record.State, content: Data? = nil
     ) throws -> Int64 {
         guard let ns = location.namespace else { throw FSError.notPermitted }
         return try db.write { db in
-            try Self.insertRow(db, ns, location, cacheFile, size, params, contentType, tags, patch, state)
+            let id = try Self.insertRow(db, ns, location, cacheFile, size, params, contentType, tags, patch, state)
+            if let content { try db.cachedStatement(sql: "UPDATE uploads SET content = ? WHERE id = ?").execute(arguments: [content, id]) }
+            return id
         }
+    }
+
+    /// Writes every record's kept content back to its local copy (after a crash, the copy may not
+    /// hold it: it was never fsynced). Returns how many were written.
+    @discardableResult
+    public func restoreContents() throws -> Int {
+        let rows = try db.read { db in try Row.fetchAll(db, sql: "SELECT cache_file, content FROM uploads WHERE content IS NOT NULL") }
+        for row in rows {
+            let path: String = row["cache_file"]
+            let content: Data = row["content"]
+            let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+            guard fd >= 0 else { throw FSError.io("cannot restore \(path): \(String(cString: strerror(errno)))") }
+            defer { close(fd) }
+            let written = content.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
+            guard written == content.count else { throw FSError.io("cannot restore \(path): \(String(cString: strerror(errno)))") }
+        }
+        return rows.count
     }
 
     /// A held record becomes a queued one with a new id (the end of the line), in one transaction:
@@ -100,9 +131,11 @@ public final class UploadJournal: Sendable {
     /// `synced: false` commits without waiting for the disk (`synchronous = NORMAL` for this one
     /// commit): for when losing it to a crash is harmless. The WAL is written in order, so the next
     /// synced commit makes this one durable too.
+    ///
+    /// `carryContent`: the bytes are those the held record keeps (unchanged since): the new record keeps them too.
     public func requeue(
         _ heldID: Int64, location: Location, cacheFile: String, size: Int64, params: UploadParams, contentType: String?, tags: [String]?,
-        patch: FilePatch?, synced: Bool = true
+        patch: FilePatch?, synced: Bool = true, carryContent: Bool = false
     ) throws -> Int64 {
         guard let ns = location.namespace else { throw FSError.notPermitted }
         return try db.writeWithoutTransaction { db in
@@ -111,7 +144,10 @@ public final class UploadJournal: Sendable {
             var id: Int64 = 0
             try db.inTransaction {
                 id = try Self.insertRow(db, ns, location, cacheFile, size, params, contentType, tags, patch, .queued)
-                try db.execute(sql: "DELETE FROM uploads WHERE id = ?", arguments: [heldID])
+                if carryContent {
+                    try db.cachedStatement(sql: "UPDATE uploads SET content = (SELECT content FROM uploads WHERE id = ?) WHERE id = ?").execute(arguments: [heldID, id])
+                }
+                try db.cachedStatement(sql: "DELETE FROM uploads WHERE id = ?").execute(arguments: [heldID])
                 return .commit
             }
             return id
@@ -122,11 +158,11 @@ public final class UploadJournal: Sendable {
         _ db: Database, _ ns: Namespace, _ location: Location, _ cacheFile: String, _ size: Int64, _ params: UploadParams,
         _ contentType: String?, _ tags: [String]?, _ patch: FilePatch?, _ state: Record.State
     ) throws -> Int64 {
-        try db.execute(
+        try db.cachedStatement(
             sql: """
                 INSERT INTO uploads(namespace, path, cache_file, size, params, content_type, tags, patch, state, created)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """,
+                """).execute(
             arguments: [
                 ns.name, location.path.string, cacheFile, size, json(params), contentType, json(tags), json(patch),
                 state.rawValue, Int64(Date().timeIntervalSince1970 * 1000),
@@ -152,11 +188,11 @@ public final class UploadJournal: Sendable {
     public func update(_ r: Record) throws {
         guard let ns = r.location.namespace else { return }
         try db.write { db in
-            try db.execute(
+            try db.cachedStatement(
                 sql: """
                     UPDATE uploads SET namespace = ?, path = ?, cache_file = ?, size = ?, params = ?, content_type = ?, tags = ?, patch = ?,
                         session = ?, state = ?, attempts = ?, last_error = ?, next_attempt = ? WHERE id = ?
-                    """,
+                    """).execute(
                 arguments: [
                     ns.name, r.location.path.string, r.cacheFile, r.size, Self.json(r.params), r.contentType, Self.json(r.tags), Self.json(r.patch),
                     Self.json(r.session), r.state.rawValue, r.attempts, r.lastError, r.nextAttempt, r.id,
@@ -164,7 +200,22 @@ public final class UploadJournal: Sendable {
         }
     }
 
-    public func delete(_ id: Int64) throws {
-        try db.write { db in try db.execute(sql: "DELETE FROM uploads WHERE id = ?", arguments: [id]) }
+    /// A held record's size, parameters and kept content (another flush of a file still open);
+    /// nothing if it is not held.
+    public func updateHeld(_ id: Int64, size: Int64, params: UploadParams, content: Data?) throws {
+        try db.write { db in
+            try db.execute(
+                sql: "UPDATE uploads SET size = ?, params = ?, content = ? WHERE id = ? AND state = 'held'",
+                arguments: [size, Self.json(params), content, id])
+        }
+    }
+
+    public func delete(_ id: Int64) throws { try delete([id]) }
+
+    /// Removes records in one transaction (one commit).
+    public func delete(_ ids: [Int64]) throws {
+        try db.write { db in
+            for id in ids { try db.cachedStatement(sql: "DELETE FROM uploads WHERE id = ?").execute(arguments: [id]) }
+        }
     }
 }

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 public import Logging
 public import StorageClient
 public import StorageProtocol
@@ -32,7 +32,44 @@ public actor UploadQueue {
     let parallelism: Int
     let chunkSize: Int64
     let logger: Logger
-    private var records: [Int64: UploadJournal.Record] = [:]
+    /// The records owed, by id. Read through `records`, which first takes in what `enqueueHeld`
+    /// and `updateHeldNow` recorded from outside the actor.
+    private var table: [Int64: UploadJournal.Record] = [:]
+    private var records: [Int64: UploadJournal.Record] {
+        get {
+            absorbInbox()
+            return table
+        }
+        _modify {
+            absorbInbox()
+            yield &table
+        }
+    }
+    /// Held records written to the journal on the FUSE thread (close's flush), not yet in `table`.
+    /// Nothing schedules a held record, so only their arrival, in order, matters.
+    private enum Arrival: Sendable {
+        case held(UploadJournal.Record)
+        case heldChanged(id: Int64, size: Int64, params: UploadParams)
+    }
+    private nonisolated let inbox = Mutex<[Arrival]>([])
+
+    private func absorbInbox() {
+        let arrived = inbox.withLock { list -> [Arrival] in
+            defer { list.removeAll() }
+            return list
+        }
+        for a in arrived {
+            switch a {
+            case .held(let r):
+                table[r.id] = r
+            case .heldChanged(let id, let size, let params):
+                guard var r = table[id], r.state == .held else { continue }
+                r.size = size
+                r.params = params
+                table[id] = r
+            }
+        }
+    }
     /// Uploads stored lately, by id: a cancel or retarget that arrives after the upload landed (the
     /// caller's list of owed ids was taken a moment before) learns that it did.
     private var storedLately: [Int64: FileRecord] = [:]
@@ -55,6 +92,11 @@ public actor UploadQueue {
     /// and a lone file waits for nothing. Two at once made batches of 2–3 files on average for
     /// `cp -r` here, and cost twice the server CPU per file (docs/performance.md).
     static let smallRequestsInFlight = 1
+    /// A batch of fewer files than this waits up to `batchLinger` (from its oldest file's release)
+    /// for more, unless a `sync` or `fsync` waits for it: fewer, larger requests cost the server
+    /// and the mount less CPU (docs/performance.md).
+    static let batchLingerFiles = 16
+    static let batchLinger: Int64 = 10  // ms
     /// Requests in flight (a batch counts once), and those of them that carry small files.
     private var slots = 0
     private var smallSlots = 0
@@ -75,6 +117,8 @@ public actor UploadQueue {
         self.parallelism = max(1, parallelism)
         self.chunkSize = chunkSize
         self.logger = logger
+        // Local copies whose bytes the journal kept (never fsynced) are made whole again first.
+        try journal.restoreContents()
         for var r in try journal.all() {
             // Held records belonged to files open when the last mount ended: their last flushed
             // content is what close(2) promised, so it goes now.
@@ -83,7 +127,7 @@ public actor UploadQueue {
                 r.nextAttempt = 0
                 try? journal.update(r)
             }
-            records[r.id] = r
+            table[r.id] = r
         }
     }
 
@@ -135,13 +179,26 @@ public actor UploadQueue {
         return id
     }
 
-    /// A held record's content changed (another flush of a file still open).
-    public func updateHeld(_ id: Int64, size: Int64, params: UploadParams) throws {
-        guard var r = records[id], r.state == .held else { return }
-        r.size = size
-        r.params = params
-        try journal.update(r)
-        records[id] = r
+    /// A held record, written to the journal at once from the caller's thread (close's flush on
+    /// the FUSE thread: no hop onto the actor); the queue takes it in when it next looks.
+    /// `content`: the copy's bytes, kept in the record instead of an fsync of the copy (small files).
+    public nonisolated func enqueueHeld(
+        location: Location, cacheFile: String, size: Int64, params: UploadParams, contentType: String?, tags: [String]?, content: Data?
+    ) throws -> Int64 {
+        let id = try journal.insert(
+            location: location, cacheFile: cacheFile, size: size, params: params, contentType: contentType, tags: tags, patch: nil, state: .held,
+            content: content)
+        let r = UploadJournal.Record(
+            id: id, location: location, cacheFile: cacheFile, size: size, params: params, contentType: contentType, tags: tags, patch: nil,
+            session: nil, state: .held, attempts: 0, lastError: nil, nextAttempt: 0, created: Int64(Date().timeIntervalSince1970 * 1000))
+        inbox.withLock { $0.append(.held(r)) }
+        return id
+    }
+
+    /// A held record's content changed (another flush of a file still open); from the caller's thread.
+    public nonisolated func updateHeldNow(_ id: Int64, size: Int64, params: UploadParams, content: Data?) throws {
+        try journal.updateHeld(id, size: size, params: params, content: content)
+        inbox.withLock { $0.append(.heldChanged(id: id, size: size, params: params)) }
     }
 
     /// A held record may go now, with this final content. It goes to the end of the line (a new id:
@@ -156,9 +213,11 @@ public actor UploadQueue {
             throw FSError.io("the journal lost record \(id)")
         }
         let same = contentDurable && held.cacheFile == cacheFile && held.size == size && held.params == params
+        // Unchanged bytes: whatever made them durable at the flush (an fsync, or the bytes kept in
+        // the held record) still does; kept bytes go along to the new record.
         let newID = try journal.requeue(
             id, location: held.location, cacheFile: cacheFile, size: size, params: params, contentType: held.contentType, tags: held.tags,
-            patch: held.patch, synced: !same)
+            patch: held.patch, synced: !same, carryContent: contentDurable && held.cacheFile == cacheFile)
         records[newID] = UploadJournal.Record(
             id: newID, location: held.location, cacheFile: cacheFile, size: size, params: params, contentType: held.contentType, tags: held.tags,
             patch: held.patch, session: nil, state: .queued, attempts: 0, lastError: nil, nextAttempt: 0,
@@ -316,6 +375,7 @@ public actor UploadQueue {
         // Small files picked this round, of one namespace: sent together.
         var batch: [Int64] = []
         var batchNamespace: Namespace?
+        var batchOldest: Int64 = .max
         func sendBatch() {
             guard !batch.isEmpty else { return }
             let ids = batch, ns = batchNamespace!
@@ -347,12 +407,17 @@ public actor UploadQueue {
                 guard smallSlots < Self.smallRequestsInFlight, batch.isEmpty ? slots < parallelism : batchNamespace == ns else { continue }
                 batch.append(id)
                 batchNamespace = ns
+                batchOldest = min(batchOldest, r.created)
                 if batch.count == Self.batchMaxFiles { sendBatch() }
                 continue
             }
             guard slots + (batch.isEmpty ? 0 : 1) < parallelism else { continue }
             slots += 1
             running[id] = Task { await self.run(id, small: false) }
+        }
+        if !batch.isEmpty, batch.count < Self.batchLingerFiles, now < batchOldest + Self.batchLinger, waiters.isEmpty {
+            nextDue = min(nextDue, batchOldest + Self.batchLinger)
+            return .milliseconds(max(1, nextDue - now))
         }
         sendBatch()
         return nextDue == .max ? .seconds(3600) : .milliseconds(max(1, nextDue - now))
@@ -412,16 +477,18 @@ public actor UploadQueue {
             }
             return nil
         }
+        var done: [(Int64, FileRecord)] = []
         for (item, result) in zip(items, results) {
             starting.remove(item.id)
             switch result {
             case .success(let stored):
                 progress.set(item.id, item.record.size)
-                _ = await settle(item.id, stored, ns: ns, fallback: item.record.location)
+                if let final = await applyPatches(item.id, stored, ns: ns, fallback: item.record.location) { done.append((item.id, final)) }
             case .failure(let error):
                 if !(cancelling.contains(item.id) || stopped) { failed(item.id, error) }
             }
         }
+        await finish(done)
         return nil
     }
 
@@ -497,6 +564,13 @@ public actor UploadQueue {
     /// After the server stored the content: the changes made meanwhile, then the record is done.
     /// A change that fails to apply leaves the record owed (it is tried again).
     private func settle(_ id: Int64, _ stored: FileRecord, ns: Namespace, fallback: Location) async -> FileRecord? {
+        guard let final = await applyPatches(id, stored, ns: ns, fallback: fallback) else { return nil }
+        await finish([(id, final)])
+        return final
+    }
+
+    /// The changes made while the upload ran, sent after it; nil (and the record failed) when one cannot be.
+    private func applyPatches(_ id: Int64, _ stored: FileRecord, ns: Namespace, fallback: Location) async -> FileRecord? {
         var stored = stored
         do {
             // Changes made while the upload ran; one that arrives during this update is applied in the next round.
@@ -509,20 +583,32 @@ public actor UploadQueue {
             failed(id, error)
             return nil
         }
-        await finish(id, stored)
         return stored
     }
 
-    private func finish(_ id: Int64, _ stored: FileRecord) async {
-        guard let r = records.removeValue(forKey: id) else { return }
-        try? journal.delete(id)
-        storedLately[id] = stored
-        storedLatelyOrder.append(id)
-        if storedLatelyOrder.count > 4096 { storedLately[storedLatelyOrder.removeFirst()] = nil }
-        uploadedFiles += 1
-        uploadedBytes += r.size
-        logger.debug("stored #\(id) \(r.location) (\(r.size) bytes)")
-        await onFinished?(Finished(id: id, location: r.location, record: stored, cacheFile: r.cacheFile))
+    /// Uploads the server has: out of the journal first, in one transaction (only then may their
+    /// local copies be reused), then each is reported done.
+    private func finish(_ done: [(Int64, FileRecord)]) async {
+        let finished = done.compactMap { id, stored in records.removeValue(forKey: id).map { (id, stored, $0) } }
+        guard !finished.isEmpty else { return }
+        do {
+            try journal.delete(finished.map(\.0))
+        } catch {
+            // Still in the journal: sent again after a restart, and its copy is not handed back for reuse.
+            logger.error("cannot remove \(finished.count) stored upload(s) from the journal: \(error)")
+            for (id, _, r) in finished { records[id] = r }
+            for (id, _, _) in finished { failed(id, error) }
+            return
+        }
+        for (id, stored, r) in finished {
+            storedLately[id] = stored
+            storedLatelyOrder.append(id)
+            if storedLatelyOrder.count > 4096 { storedLately[storedLatelyOrder.removeFirst()] = nil }
+            uploadedFiles += 1
+            uploadedBytes += r.size
+            logger.debug("stored #\(id) \(r.location) (\(r.size) bytes)")
+            await onFinished?(Finished(id: id, location: r.location, record: stored, cacheFile: r.cacheFile))
+        }
         notifyWaiters()
     }
 
