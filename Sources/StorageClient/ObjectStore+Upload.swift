@@ -56,8 +56,18 @@ extension ObjectStore {
             try Task.checkCancellation()
             let end = offset == 0 && size <= options.chunkSize ? size : min(size, offset + options.chunkSize)
             do {
+                let before = offset
                 offset = try await send(session, from: source, offset: offset, end: end, progress: progress)
-                failures = 0
+                if offset > before {
+                    failures = 0
+                } else {
+                    // Nothing arrived (a source shorter than declared, say): tried again a few times, never forever.
+                    failures += 1
+                    guard failures < retry.attempts else {
+                        throw StorageError(.localIO, "no byte past \(before) of \(size) arrived in \(failures) tries; is the source shorter than declared?")
+                    }
+                    try await retry.sleep(retry.delay(after: failures))
+                }
             } catch let error as StorageError where error.isTransient || error.kind == .offsetMismatch || error.kind == .conflict {
                 failures += 1
                 guard failures < retry.attempts else { throw error }

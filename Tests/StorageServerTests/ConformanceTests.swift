@@ -109,6 +109,22 @@ struct ConformanceTests {
         }
     }
 
+    @Test("a local file shorter than declared fails the upload after the retries (never a loop) and stores nothing",
+          .timeLimit(.minutes(1)), arguments: Backend.allCases)
+    func shortSource(_ backend: Backend) async throws {
+        try await Self.withStore(backend) { store in
+            let file = FileManager.default.temporaryDirectory.path + "/stow-short-\(UUID().uuidString.prefix(8))"
+            defer { try? FileManager.default.removeItem(atPath: file) }
+            try Data("short".utf8).write(to: URL(fileURLWithPath: file))
+            await #expect(throws: StorageError.self) {
+                try await store.upload(
+                    .file(path: file), size: 10, to: testNamespace, path("short"),
+                    options: UploadOptions(retry: RetryPolicy(attempts: 3, baseDelay: .milliseconds(1))))
+            }
+            await #expect(throws: StorageError.self) { try await store.record(testNamespace, path("short")) }
+        }
+    }
+
     @Test("a server that stays unreachable gives a typed error after the retries, and nothing is half-visible")
     func offline() async throws {
         try await Self.withStore(.memory) { base in
