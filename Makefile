@@ -39,10 +39,11 @@ stop:
 	@.build/release/stowfs unmount "$(MNT)"
 
 # StowFS beside local disk, FUSE passthrough and rclone mount: W1-W7 of issue 5, three runs, medians.
-# Writes bench/results/latest.md and .json. Needs root. RUNS=, SIZE= to change.
+# Writes bench/results/latest.md and .json. Needs root. RUNS=, SIZE= to change; BENCH_ARGS= for
+# more (e.g. BENCH_ARGS="--systems passthrough,stowfs --small-only": W4–W6 only, into small.md).
 bench: release
 	@scripts/install-deps.sh bench
-	python3 bench/fsbench.py --runs $${RUNS:-3} --size $${SIZE:-1G}
+	python3 bench/fsbench.py --runs $${RUNS:-3} --size $${SIZE:-1G} $(BENCH_ARGS)
 
 # One small run (a few MiB) with the debug build: keeps the benchmark working (CI runs it).
 bench-smoke: build

@@ -1,6 +1,6 @@
 import Foundation
 public import Logging
-public import StorageProtocol
+import StorageProtocol
 #if canImport(Glibc)
 import Glibc
 #endif
