@@ -317,6 +317,12 @@ public final class HTTPObjectStore: ObjectStore {
     /// One POST to `…/upload/batch`: the declarations, then every file's bytes.
     public func uploadBatch(_ ns: Namespace, _ files: [(StartUploadRequest, UploadSource)]) async throws -> [Result<FileRecord, StorageError>] {
         let header = BatchUpload.header(BatchUpload.Request(files: files.map(\.0)))
+        // The declarations must stay under the server's JSON limit (1 MiB): long paths and
+        // metadata split a batch in two, as often as needed.
+        if header.count > Self.batchDeclarationLimit && files.count > 1 {
+            let half = files.count / 2
+            return try await uploadBatch(ns, Array(files[..<half])) + uploadBatch(ns, Array(files[half...]))
+        }
         var body = ByteBufferAllocator().buffer(capacity: header.count + Int(files.reduce(Int64(0)) { $0 + $1.0.size }))
         body.writeBytes(header)
         for (request, source) in files {
@@ -343,6 +349,8 @@ public final class HTTPObjectStore: ObjectStore {
             return .failure(StorageError.from(status: result.status ?? 500, body: result.error))
         }
     }
+
+    static let batchDeclarationLimit = 512 << 10
 
     /// The first `size` bytes of a (small) file, read at once: no thread-pool hop for a few KiB.
     static func readWhole(_ path: String, size: Int64) throws -> ByteBuffer {

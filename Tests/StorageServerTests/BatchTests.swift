@@ -32,6 +32,21 @@ struct BatchTests {
         }
     }
 
+    @Test("a batch whose declarations are larger than the server takes in one request (long paths) is split by the client")
+    func splitByClient() async throws {
+        try await withServer { s in
+            // 90 paths of ~12 KiB: ~1.1 MB of declarations, over the server's 1 MiB for JSON.
+            let folder = Array(repeating: String(repeating: "d", count: 250), count: 48).joined(separator: "/")
+            let files: [(StartUploadRequest, UploadSource)] = (0..<90).map { i in
+                (StartUploadRequest(fileName: "\(folder)/f\(i)", size: 1), .bytes(ByteBuffer(string: "\(i % 10)")))
+            }
+            let results = try await s.admin.uploadBatch(testNamespace, files)
+            #expect(results.count == 90)
+            for (i, r) in results.enumerated() { #expect(try r.get().filePath == "\(folder)/f\(i)") }
+            #expect(try await s.server.store.statistics().files == 90)
+        }
+    }
+
     @Test("a file refused in a batch (exists, `..`, wrong SHA-256, a folder's name) changes nothing; the others are stored")
     func refusedAlone() async throws {
         try await withServer { s in
@@ -75,6 +90,7 @@ struct BatchTests {
                 ("too many bytes", body([StartUploadRequest(fileName: "a", size: 1)], "abc"), 400, "body has 3"),
                 ("no header", Data([0, 0]), 400, "declaration's length"),
                 ("length past the end", Data([0, 0, 1, 0]) + Data("{}".utf8), 400, "declaration's length"),
+                ("declaration too long", Data([0, 0x20, 0, 0]) + Data("{}".utf8), 413, "at most"),
                 ("not JSON", Data([0, 0, 0, 4]) + Data("nope".utf8), 400, "malformed JSON"),
                 ("no files", body([], ""), 400, "1 to \(BatchUpload.maxFiles)"),
                 ("too many files", body(Array(repeating: StartUploadRequest(fileName: "a", size: 0), count: BatchUpload.maxFiles + 1), ""), 400, "1 to"),

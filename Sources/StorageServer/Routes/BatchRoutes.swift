@@ -23,7 +23,13 @@ extension StowService {
         } catch {
             throw APIError(.contentTooLarge, .payloadTooLarge, "a batch carries at most \(BatchUpload.maxBytes) bytes of content: \(error)")
         }
-        guard let length = body.readInteger(as: UInt32.self), length <= config.maxJSONBody, let header = body.readData(length: Int(length)) else {
+        guard let length = body.readInteger(as: UInt32.self) else {
+            throw APIError.badRequest("a batch starts with its declaration's length (4 bytes, big-endian), then the declaration (JSON)")
+        }
+        guard length <= config.maxJSONBody else {
+            throw APIError(.contentTooLarge, .payloadTooLarge, "the batch's declaration has \(length) bytes; at most \(config.maxJSONBody) are taken")
+        }
+        guard let header = body.readData(length: Int(length)) else {
             throw APIError.badRequest("a batch starts with its declaration's length (4 bytes, big-endian), then the declaration (JSON)")
         }
         let declaration: BatchUpload.Request
