@@ -107,11 +107,7 @@ extension StowService {
             }
             return try await finish(upload)
         } catch {
-            if (try? await store.upload(id: upload.id))?.state != .completed {
-                try? await store.deleteUpload(id: upload.id)
-                try? await blobs.deleteStaged(upload.id)
-                activeUploads.forget(upload.id)
-            }
+            await discardUnlessCompleted(upload)
             throw error
         }
     }

@@ -73,11 +73,7 @@ extension StowService {
             let node = try await finish(upload)
             return json(record(node, base: baseURL(request)), status: .created)
         } catch {
-            if (try? await store.upload(id: upload.id))?.state != .completed {
-                try? await store.deleteUpload(id: upload.id)
-                try? await blobs.deleteStaged(upload.id)
-                activeUploads.forget(upload.id)
-            }
+            await discardUnlessCompleted(upload)
             throw error
         }
     }
@@ -111,6 +107,15 @@ extension StowService {
         metrics.uploadsStarted.increment()
         metrics.uploadsCompleted.increment()
         return node
+    }
+
+    /// After a failed one-request upload: its session and staged bytes go, unless it completed
+    /// after all (then the file is the server's, and the client learns it on retry).
+    func discardUnlessCompleted(_ upload: UploadRecord) async {
+        guard (try? await store.upload(id: upload.id))?.state != .completed else { return }
+        try? await store.deleteUpload(id: upload.id)
+        try? await blobs.deleteStaged(upload.id)
+        activeUploads.forget(upload.id)
     }
 
     /// Validates an upload's declaration and records the session.
