@@ -37,6 +37,9 @@ public final class HTTPObjectStore: ObjectStore {
 
     public let configuration: Configuration
     let client: HTTPClient
+    /// StowFS's own upload routes (`direct`, `batch`) the server turned out not to have (an older
+    /// stowd): from then on their work goes the standard way.
+    let missingRoutes = Mutex<Set<String>>([])
 
     public init(configuration: Configuration) {
         self.configuration = configuration
@@ -308,14 +311,26 @@ public final class HTTPObjectStore: ObjectStore {
         case .file(let path):
             bytes = try Self.readWhole(path, size: request.size)
         }
+        if missingRoutes.withLock({ $0.contains("direct") }) { return try await uploadInThreeSteps(ns, request, from: .bytes(bytes)) }
         let declaration = WireJSON.encode(request).base64EncodedString()
         var r = makeRequest(.POST, url(Routes.directUpload(ns)), headers: [(Routes.directUploadHeader, declaration), ("Content-Type", "application/octet-stream")])
         r.body = .bytes(bytes)
-        return try decode(FileRecord.self, try await executeOnce(r, maxBody: 1 << 20, timeout: configuration.requestTimeout))
+        let answer = try await executeOnce(r, maxBody: 1 << 20, timeout: configuration.requestTimeout)
+        if Self.mayBeMissingRoute(answer) {
+            // An older server, or a namespace that does not exist: the standard way tells which.
+            let record = try await uploadInThreeSteps(ns, request, from: .bytes(bytes))
+            missingRoutes.withLock { _ = $0.insert("direct") }
+            return record
+        }
+        return try decode(FileRecord.self, answer)
     }
+
+    /// A 404 or 405 from one of StowFS's own routes: the server may predate it.
+    static func mayBeMissingRoute(_ answer: Answer) -> Bool { answer.status == 404 || answer.status == 405 }
 
     /// One POST to `…/upload/batch`: the declarations, then every file's bytes.
     public func uploadBatch(_ ns: Namespace, _ files: [(StartUploadRequest, UploadSource)]) async throws -> [Result<FileRecord, StorageError>] {
+        if missingRoutes.withLock({ $0.contains("batch") }) { return try await uploadOneByOne(ns, files) }
         let header = BatchUpload.header(BatchUpload.Request(files: files.map(\.0)))
         // The declarations must stay under the server's JSON limit (1 MiB): long paths and
         // metadata split a batch in two, as often as needed.
@@ -340,6 +355,12 @@ public final class HTTPObjectStore: ObjectStore {
         var r = makeRequest(.POST, url(Routes.batchUpload(ns)), headers: [("Content-Type", "application/octet-stream")])
         r.body = .bytes(body)
         let answer = try await executeOnce(r, maxBody: 16 << 20, timeout: configuration.requestTimeout)
+        if Self.mayBeMissingRoute(answer) {
+            // An older server, or a namespace that does not exist: one by one tells which.
+            let results = try await uploadOneByOne(ns, files)
+            if results.contains(where: { (try? $0.get()) != nil }) { missingRoutes.withLock { _ = $0.insert("batch") } }
+            return results
+        }
         let response = try decode(BatchUpload.Response.self, answer, expect: [200])
         guard response.results.count == files.count else {
             throw StorageError(.protocolViolation, "the batch answer has \(response.results.count) results for \(files.count) files", status: answer.status)

@@ -61,6 +61,11 @@ public protocol ObjectStore: Sendable {
 extension ObjectStore {
     /// Stores without a one-request upload take the three steps.
     public func uploadDirect(_ ns: Namespace, _ request: StartUploadRequest, from source: UploadSource) async throws -> FileRecord {
+        try await uploadInThreeSteps(ns, request, from: source)
+    }
+
+    /// start, send and complete, for one small file.
+    public func uploadInThreeSteps(_ ns: Namespace, _ request: StartUploadRequest, from source: UploadSource) async throws -> FileRecord {
         let session = try await startUpload(ns, request)
         return try await resumeUpload(
             session, from: source, knownOffset: 0, options: UploadOptions(chunkSize: max(1, request.size), retry: RetryPolicy(attempts: 3, baseDelay: .milliseconds(300))))
@@ -68,6 +73,11 @@ extension ObjectStore {
 
     /// Stores without a batch request send the files one by one.
     public func uploadBatch(_ ns: Namespace, _ files: [(StartUploadRequest, UploadSource)]) async throws -> [Result<FileRecord, StorageError>] {
+        try await uploadOneByOne(ns, files)
+    }
+
+    /// `uploadDirect` for each file, each result on its own.
+    public func uploadOneByOne(_ ns: Namespace, _ files: [(StartUploadRequest, UploadSource)]) async throws -> [Result<FileRecord, StorageError>] {
         var results: [Result<FileRecord, StorageError>] = []
         for (request, source) in files {
             do {

@@ -23,6 +23,9 @@ public struct ServerConfiguration: Sendable {
     public var inlineLimit: Int64 = 64 << 10
     /// The largest inline blob there can be: readers look for inline bytes only for files up to this size.
     public static let inlineCeiling: Int64 = 1 << 20
+    /// Serve StowFS's own upload routes (`upload/direct`, `upload/batch`). Off, the server answers
+    /// them 404 as a stowd from before them did: for testing clients against older servers.
+    public var uploadExtensions = true
     /// The largest JSON body accepted, in bytes.
     public var maxJSONBody: Int = 1 << 20
     /// The longest validity a signed download URL may be given, in seconds.

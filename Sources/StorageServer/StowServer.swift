@@ -83,7 +83,7 @@ public final class StowServer: Sendable {
         router.add(middleware: ErrorMiddleware())
         router.add(middleware: LogRequestsMiddleware(.debug))
         service.addUploadRoutes(to: router)
-        service.addBatchRoutes(to: router)
+        if service.config.uploadExtensions { service.addBatchRoutes(to: router) }
         service.addFileRoutes(to: router)
         service.addNamespaceRoutes(to: router)
         service.addDownloadRoutes(to: router)

@@ -47,6 +47,51 @@ struct BatchTests {
         }
     }
 
+    /// stowd's count of answers with this status, over all routes.
+    static func answered(_ s: TestServer, status: Int) async throws -> Int {
+        let text = try await s.raw.send("GET", "/metrics").text
+        return text.split(separator: "\n").filter { $0.hasPrefix("stowd_http_requests_total") && $0.contains("status=\"\(status)\"") }
+            .reduce(0) { $0 + Int(Double($1.split(separator: " ").last ?? "") ?? 0) }
+    }
+
+    @Test("against a stowd without StowFS's own upload routes, direct and batch uploads go the standard way, and the client remembers")
+    func olderServer() async throws {
+        try await withServer(configure: { $0.uploadExtensions = false }) { s in
+            let client = s.client(token: TestServer.adminToken)
+            defer { Task { try? await client.shutdown() } }
+            func batch(_ names: [String]) async throws -> [Result<FileRecord, StorageError>] {
+                try await client.uploadBatch(testNamespace, names.map { (StartUploadRequest(fileName: $0, size: 1), .bytes(ByteBuffer(string: "x"))) })
+            }
+            #expect(try await client.uploadDirect(testNamespace, StartUploadRequest(fileName: "d1", size: 2), from: .bytes(ByteBuffer(string: "hi"))).size == 2)
+            #expect(try await batch(["b1", "b2", "b3"]).allSatisfy { (try? $0.get()) != nil })
+            let notFound = try await Self.answered(s, status: 404)
+            #expect(notFound == 2, "one 404 for each route")
+            // Remembered: no more 404s.
+            #expect(try await client.uploadDirect(testNamespace, StartUploadRequest(fileName: "d2", size: 2), from: .bytes(ByteBuffer(string: "ho"))).size == 2)
+            #expect(try await batch(["b4", "b5"]).allSatisfy { (try? $0.get()) != nil })
+            #expect(try await Self.answered(s, status: 404) == notFound)
+            #expect(try await s.admin.get("b5") == Array("x".utf8))
+            #expect(try await s.server.store.statistics().files == 7)
+        }
+    }
+
+    @Test("a batch into a namespace that does not exist fails each file with not found, and batches stay batches")
+    func missingNamespace() async throws {
+        try await withServer { s in
+            let client = s.client(token: TestServer.adminToken)
+            defer { Task { try? await client.shutdown() } }
+            let lost = try await client.uploadBatch(try Namespace("nowhere"), [(StartUploadRequest(fileName: "a", size: 1), .bytes(ByteBuffer(string: "x")))])
+            guard case .failure(let e) = lost[0] else { Issue.record("stored into a missing namespace"); return }
+            #expect(e.kind == .notFound)
+            let results = try await client.uploadBatch(testNamespace, [(StartUploadRequest(fileName: "a", size: 1), .bytes(ByteBuffer(string: "x")))])
+            #expect((try? results[0].get()) != nil)
+            // Both went as batches (the server answers a missing namespace per file), none one by one.
+            let text = try await s.raw.send("GET", "/metrics").text
+            #expect(text.contains("upload/batch\",status=\"200\"} 2"), "\(text)")
+            #expect(!text.contains("upload/direct") && !text.contains("upload/start"), "\(text)")
+        }
+    }
+
     @Test("a file refused in a batch (exists, `..`, wrong SHA-256, a folder's name) changes nothing; the others are stored")
     func refusedAlone() async throws {
         try await withServer { s in

@@ -16,7 +16,7 @@ extension StowService {
             router.post("\(base)/start") { req, ctx in try await self.start(req, ctx) }
             router.post("\(base)/complete") { req, ctx in try await self.complete(req, ctx) }
         }
-        router.post("\(v2)/direct") { req, ctx in try await self.direct(req, ctx) }
+        if config.uploadExtensions { router.post("\(v2)/direct") { req, ctx in try await self.direct(req, ctx) } }
         let link = "/storage/uploads/:id"
         router.put(RouterPath(link)) { req, ctx in try await self.storageLink(req, ctx) }
         router.patch(RouterPath(link)) { req, ctx in try await self.storageLink(req, ctx) }
