@@ -330,6 +330,8 @@ public actor UploadQueue {
     public func waitUntilDone(_ ids: Set<Int64>) async {
         let remaining = ids.filter { records[$0] != nil }
         if remaining.isEmpty { return }
+        // A small batch lingering for more files goes now: somebody waits for it.
+        wake.signal()
         await withCheckedContinuation { waiters.append((remaining, $0)) }
     }
 
