@@ -77,7 +77,7 @@ struct DurabilityTests {
         #expect(await second.fs.status().queue.files == 0)
     }
 
-    @Test("a small file's bytes kept in its journal record survive a crash that took its never-fsynced local copy")
+    @Test("a small file's bytes kept in its journal record survive a crash that took its never-fsynced local copy", .timeLimit(.minutes(1)))
     func contentFromJournal() async throws {
         let base = InMemoryObjectStore(namespaces: [ns])
         let faulty = FaultInjectingObjectStore(wrapping: base)

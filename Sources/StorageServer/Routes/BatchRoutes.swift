@@ -59,14 +59,10 @@ extension StowService {
                 let upload = try await declareUpload(
                     ns: ns, path: try StoragePath(f.fileName), size: f.size, contentType: f.contentType, tags: f.tags, params: f.params ?? UploadParams(),
                     autoComplete: false, precheck: false)
-                let digest = SHA256.hash(data: bytes).hexString
-                if let expected = upload.params.sha256, expected.lowercased() != digest {
-                    throw APIError(APIError.checksumStatus, .checksumMismatch, "the content's SHA-256 is \(digest), not \(expected)")
-                }
-                let blob = BlobInfo(id: upload.id, size: upload.size, sha256: digest)
                 if upload.size <= inlineLimit {
-                    inline.append((i, InlineFile(upload: upload, blob: blob, bytes: bytes)))
+                    inline.append((i, try inlineFile(upload, bytes)))
                 } else {
+                    // Hashed and checked by the publish, as any staged upload.
                     results[i] = BatchUpload.Result(file: record(try await storeStaged(upload, bytes), base: base))
                 }
             } catch {

@@ -98,12 +98,7 @@ extension StowService {
         guard bytes.count == upload.size else {
             throw APIError(.badRequest, .sizeMismatch, "received \(bytes.count) of the \(upload.size) bytes declared")
         }
-        let digest = SHA256.hash(data: bytes).hexString
-        if let expected = upload.params.sha256, expected.lowercased() != digest {
-            throw APIError(APIError.checksumStatus, .checksumMismatch, "the content's SHA-256 is \(digest), not \(expected)")
-        }
-        let file = InlineFile(upload: upload, blob: BlobInfo(id: upload.id, size: upload.size, sha256: digest), bytes: bytes)
-        let node = try await store.publishInline([file])[0].get()
+        let node = try await store.publishInline([try inlineFile(upload, bytes)])[0].get()
         metrics.uploadsStarted.increment()
         metrics.uploadsCompleted.increment()
         return node
@@ -116,6 +111,20 @@ extension StowService {
         try? await store.deleteUpload(id: upload.id)
         try? await blobs.deleteStaged(upload.id)
         activeUploads.forget(upload.id)
+    }
+
+    /// Refuses content whose SHA-256 is not the one the declaration expects (`params.sha256`).
+    func verify(_ digest: String, of upload: UploadRecord) throws {
+        if let expected = upload.params.sha256, expected.lowercased() != digest {
+            throw APIError(APIError.checksumStatus, .checksumMismatch, "the content's SHA-256 is \(digest), not \(expected)")
+        }
+    }
+
+    /// A small file's bytes, checked against its declaration, ready to be stored inline.
+    func inlineFile(_ upload: UploadRecord, _ bytes: Data) throws -> InlineFile {
+        let digest = SHA256.hash(data: bytes).hexString
+        try verify(digest, of: upload)
+        return InlineFile(upload: upload, blob: BlobInfo(id: upload.id, size: upload.size, sha256: digest), bytes: bytes)
     }
 
     /// Validates an upload's declaration and records the session.
@@ -221,9 +230,7 @@ extension StowService {
             }
             let digest: String
             if let d = activeUploads.digest(upload.id, bytes: have) { digest = d } else { digest = try await blobs.sha256(ofStaged: upload.id) }
-            if let expected = upload.params.sha256, expected.lowercased() != digest {
-                throw APIError(APIError.checksumStatus, .checksumMismatch, "the content's SHA-256 is \(digest), not \(expected)")
-            }
+            try verify(digest, of: upload)
             if received != nil { try await blobs.publish(upload.id) }
             let node = try await store.publish(upload, blob: BlobInfo(id: upload.id, size: have, sha256: digest))
             activeUploads.forget(upload.id)

@@ -54,3 +54,14 @@ final class InodeLocks: Sendable {
         next?.resume()
     }
 }
+
+/// Blocking locks by inode for steps done on the FUSE thread (close's flush): two flushes of one
+/// file — two descriptors closed at once — take turns. Striped: two inodes may share a stripe.
+final class FlushLocks: Sendable {
+    private final class Stripe: Sendable { let lock = Mutex(()) }
+    private let stripes = (0..<64).map { _ in Stripe() }
+
+    func withLock(_ ino: InodeNumber, _ body: () throws(FSError) -> Void) throws(FSError) {
+        try stripes[Int(ino % 64)].lock.withLock { (_: inout ()) throws(FSError) in try body() }
+    }
+}

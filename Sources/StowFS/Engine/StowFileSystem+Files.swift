@@ -432,9 +432,15 @@ extension StowFileSystem {
         try flushHere(ino, handle: handle)
     }
 
-    /// flush without a task: an fsync and a journal commit, on the caller's thread (FuseKit calls it
-    /// on the FUSE thread, so that close(2) waits for the disk and nothing else).
+    /// flush without a task, on the caller's thread (FuseKit calls it on the FUSE thread, so that
+    /// close(2) waits for the disk and nothing else): one journal commit, and an fsync of the copy
+    /// when it is too large to go into the record.
     public func flushHere(_ ino: InodeNumber, handle: UInt64) throws(FSError) {
+        // One at a time per file: two at once would both find no held record and make two.
+        try flushLocks.withLock(ino) { () throws(FSError) in try flushLocked(ino, handle: handle) }
+    }
+
+    private func flushLocked(_ ino: InodeNumber, handle: UInt64) throws(FSError) {
         let plan = try state.withLock { (s: inout State) throws(FSError) -> (CacheFile, Int64, UInt64, Int64?, Location, UploadParams, String?, [String]?)? in
             guard let h = s.handles[handle], h.writable, let e = s.inodes[ino], let local = e.local, local.dirty, !e.unlinked else { return nil }
             let (params, ct, tags) = uploadParams(e)
@@ -520,7 +526,7 @@ extension StowFileSystem {
                 local.frozen = true
             }
             let held = local.writers > 0 ? nil : local.heldUpload
-            // Unchanged since close's flush fsynced it and wrote its held record: nothing to make durable again.
+            // Unchanged since close's flush made it durable and wrote its held record: nothing to do again.
             let durable = held != nil && local.durableAt == local.changes
             if local.writers == 0 { local.heldUpload = nil }
             local.dirty = false

@@ -11,7 +11,7 @@ extension StowFileSystem {
     /// The queue stored an upload: the inode becomes remote with the new content (unless it changed again).
     func uploadFinished(_ f: UploadQueue.Finished) {
         // The local copy the server now has, if nothing else uses it: emptied for reuse, after the lock.
-        var uploaded: CacheFile? = state.withLock { s -> CacheFile? in
+        let uploaded: CacheFile? = state.withLock { s -> CacheFile? in
             let owner = s.uploadOwner.removeValue(forKey: f.id)
             s.recovered[f.location] = s.recovered[f.location]?.id == f.id ? nil : s.recovered[f.location]
             guard let ino = owner, var e = s.inodes[ino] else {
@@ -37,9 +37,9 @@ extension StowFileSystem {
             s.inodes[ino] = e
             return dropped
         }
-        guard uploaded != nil else { return }
+        guard var file = consume uploaded else { return }
         // A read still splicing from it holds another reference: then it is deleted, as before.
-        if isKnownUniquelyReferenced(&uploaded!) { cacheFiles.give(uploaded.take()!) } else { Glibc.unlink(uploaded!.path) }
+        if isKnownUniquelyReferenced(&file) { cacheFiles.give(file) } else { Glibc.unlink(file.path) }
     }
 
     /// sync: sends what was written before now (open files included, as they are now) and returns

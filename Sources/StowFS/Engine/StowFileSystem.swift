@@ -43,6 +43,7 @@ public final class StowFileSystem: Sendable {
     let urls = SignedURLCache()
     let fetching = InflightBlocks()
     let inodeLocks = InodeLocks()
+    let flushLocks = FlushLocks()
     /// Uploaded local copies, emptied for the next file.
     let cacheFiles = CacheFilePool()
     let logger: Logger
@@ -76,7 +77,8 @@ public final class StowFileSystem: Sendable {
         var heldUpload: Int64?
         /// Counts changes to the bytes (writes, truncates).
         var changes: UInt64 = 0
-        /// `changes` as it was when a flush last fsynced the file and recorded it in the journal:
+        /// `changes` as it was when a flush last made the bytes durable (an fsync, or the bytes in the
+        /// journal record) and recorded them:
         /// while the two are equal, the file and its held record are durable as they are.
         var durableAt: UInt64?
 

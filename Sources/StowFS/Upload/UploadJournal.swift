@@ -1,7 +1,4 @@
 public import Foundation
-#if canImport(Glibc)
-import Glibc
-#endif
 import Synchronization
 import GRDB
 public import StorageProtocol
@@ -102,9 +99,7 @@ public final class UploadJournal: Sendable {
     ) throws -> Int64 {
         guard let ns = location.namespace else { throw FSError.notPermitted }
         return try db.write { db in
-            let id = try Self.insertRow(db, ns, location, cacheFile, size, params, contentType, tags, patch, state)
-            if let content { try db.cachedStatement(sql: "UPDATE uploads SET content = ? WHERE id = ?").execute(arguments: [content, id]) }
-            return id
+            try Self.insertRow(db, ns, location, cacheFile, size, params, contentType, tags, patch, state, content: content)
         }
     }
 
@@ -114,13 +109,8 @@ public final class UploadJournal: Sendable {
     public func restoreContents() throws -> Int {
         let rows = try db.read { db in try Row.fetchAll(db, sql: "SELECT cache_file, content FROM uploads WHERE content IS NOT NULL") }
         for row in rows {
-            let path: String = row["cache_file"]
             let content: Data = row["content"]
-            let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-            guard fd >= 0 else { throw FSError.io("cannot restore \(path): \(String(cString: strerror(errno)))") }
-            defer { close(fd) }
-            let written = content.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
-            guard written == content.count else { throw FSError.io("cannot restore \(path): \(String(cString: strerror(errno)))") }
+            try CacheFile(path: row["cache_file"], truncate: true).write(content, at: 0)
         }
         return rows.count
     }
@@ -156,16 +146,16 @@ public final class UploadJournal: Sendable {
 
     private static func insertRow(
         _ db: Database, _ ns: Namespace, _ location: Location, _ cacheFile: String, _ size: Int64, _ params: UploadParams,
-        _ contentType: String?, _ tags: [String]?, _ patch: FilePatch?, _ state: Record.State
+        _ contentType: String?, _ tags: [String]?, _ patch: FilePatch?, _ state: Record.State, content: Data? = nil
     ) throws -> Int64 {
         try db.cachedStatement(
             sql: """
-                INSERT INTO uploads(namespace, path, cache_file, size, params, content_type, tags, patch, state, created)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO uploads(namespace, path, cache_file, size, params, content_type, tags, patch, state, created, content)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """).execute(
             arguments: [
                 ns.name, location.path.string, cacheFile, size, json(params), contentType, json(tags), json(patch),
-                state.rawValue, Int64(Date().timeIntervalSince1970 * 1000),
+                state.rawValue, Int64(Date().timeIntervalSince1970 * 1000), content,
             ])
         return db.lastInsertedRowID
     }

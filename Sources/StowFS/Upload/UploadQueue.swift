@@ -164,12 +164,12 @@ public actor UploadQueue {
 
     // MARK: - Adding and changing records
 
-    /// Records an upload owed to the server; returns its id. `held`: not to be sent until `release`.
+    /// Records an upload owed to the server; returns its id. (Held records come from `enqueueHeld`.)
     @discardableResult
     public func enqueue(
-        location: Location, cacheFile: String, size: Int64, params: UploadParams, contentType: String?, tags: [String]?, held: Bool = false
+        location: Location, cacheFile: String, size: Int64, params: UploadParams, contentType: String?, tags: [String]?
     ) throws -> Int64 {
-        let state: UploadJournal.Record.State = held ? .held : .queued
+        let state = UploadJournal.Record.State.queued
         let id = try journal.insert(
             location: location, cacheFile: cacheFile, size: size, params: params, contentType: contentType, tags: tags, patch: nil, state: state)
         records[id] = UploadJournal.Record(
@@ -204,20 +204,21 @@ public actor UploadQueue {
     /// A held record may go now, with this final content. It goes to the end of the line (a new id:
     /// its content is newer than anything queued before), and the new id is returned.
     ///
-    /// `contentDurable`: the cache file has not changed since the flush that fsynced it and wrote
-    /// the held record. When the record also says the same (file, size, params), the requeue need
+    /// `contentDurable`: the cache file has not changed since the flush that made it durable and
+    /// wrote the held record. When the record also says the same (file, size, params), the requeue need
     /// not reach the disk before this returns: a crash before it does leaves the held record, which
     /// the next mount sends as it is — the same upload (see `init`).
     public func release(_ id: Int64, cacheFile: String, size: Int64, params: UploadParams, contentDurable: Bool = false) throws -> Int64 {
         guard let held = records[id] else {
             throw FSError.io("the journal lost record \(id)")
         }
-        let same = contentDurable && held.cacheFile == cacheFile && held.size == size && held.params == params
         // Unchanged bytes: whatever made them durable at the flush (an fsync, or the bytes kept in
         // the held record) still does; kept bytes go along to the new record.
+        let unchanged = contentDurable && held.cacheFile == cacheFile
+        let same = unchanged && held.size == size && held.params == params
         let newID = try journal.requeue(
             id, location: held.location, cacheFile: cacheFile, size: size, params: params, contentType: held.contentType, tags: held.tags,
-            patch: held.patch, synced: !same, carryContent: contentDurable && held.cacheFile == cacheFile)
+            patch: held.patch, synced: !same, carryContent: unchanged)
         records[newID] = UploadJournal.Record(
             id: newID, location: held.location, cacheFile: cacheFile, size: size, params: params, contentType: held.contentType, tags: held.tags,
             patch: held.patch, session: nil, state: .queued, attempts: 0, lastError: nil, nextAttempt: 0,
@@ -389,7 +390,7 @@ public actor UploadQueue {
             for id in ids { running[id] = task }
         }
         for r in records.values.sorted(by: { $0.id < $1.id }) {
-            guard slots + (batch.isEmpty ? 0 : 1) < parallelism || !batch.isEmpty else { break }
+            guard slots < parallelism || !batch.isEmpty else { break }
             // A held record (a file still open) waits for its release and holds nobody up; so does one being cancelled.
             guard r.state != .held, !cancelling.contains(r.id) else { continue }
             // Oldest first per path: a younger record waits for an older one of the same path.
@@ -550,7 +551,7 @@ public actor UploadQueue {
             }
             guard let session = r.session else { return nil }
             let board = progress
-            var stored = try await store.resumeUpload(
+            let stored = try await store.resumeUpload(
                 session, from: .file(path: r.cacheFile), knownOffset: known,
                 options: UploadOptions(chunkSize: chunkSize, retry: RetryPolicy(attempts: 3, baseDelay: .milliseconds(300))),
                 progress: { sent, _ in board.set(id, sent) },
