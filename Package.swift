@@ -40,7 +40,7 @@ let package = Package(
         .target(
             name: "StorageServer",
             dependencies: [
-                "StorageProtocol",
+                "StorageProtocol", "CStowSystem",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),

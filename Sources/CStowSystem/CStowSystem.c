@@ -11,3 +11,178 @@ ssize_t CStowSystem_copy_file_range(int fd_in, off_t in_offset, int fd_out, off_
     loff_t in = in_offset, out = out_offset;
     return copy_file_range(fd_in, &in, fd_out, &out, length, 0);
 }
+
+// MARK: - Writing around the page cache
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { DIRECT_ALIGN = 4096, DIRECT_BUFFER = 8 << 20, DIRECT_POOL = 8 };
+
+struct CStowSystem_direct_file {
+    int fd;
+    int direct;           // O_DIRECT still on
+    int failed;           // a write failed: nothing past `written` is written any more
+    int saved_errno;
+    char *buffer[2];
+    int active;           // the buffer being filled
+    size_t fill;
+    long long start;      // the file offset of the filling buffer's first byte
+    char *rotated;        // the full buffer handed to write_rotated
+    size_t rotated_length;
+    long long rotated_start;
+    long long written;    // bytes from the start of the file known written (contiguous)
+};
+
+// Freed buffers, kept for the next writer: fresh memory is what this avoids.
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *pool[DIRECT_POOL];
+static int pool_count = 0;
+
+static char *take_buffer(void) {
+    char *b = NULL;
+    pthread_mutex_lock(&pool_lock);
+    if (pool_count > 0) b = pool[--pool_count];
+    pthread_mutex_unlock(&pool_lock);
+    if (b == NULL && posix_memalign((void **)&b, DIRECT_ALIGN, DIRECT_BUFFER) != 0) return NULL;
+    return b;
+}
+
+static void give_buffer(char *b) {
+    if (b == NULL) return;
+    pthread_mutex_lock(&pool_lock);
+    if (pool_count < DIRECT_POOL) {
+        pool[pool_count++] = b;
+        b = NULL;
+    }
+    pthread_mutex_unlock(&pool_lock);
+    free(b);
+}
+
+static int set_direct(CStowSystem_direct_file *f, int on) {
+    int flags = fcntl(f->fd, F_GETFL);
+    if (flags < 0) return -1;
+    if (fcntl(f->fd, F_SETFL, on ? (flags | O_DIRECT) : (flags & ~O_DIRECT)) < 0) return -1;
+    f->direct = on;
+    return 0;
+}
+
+// Writes all of it at `offset`; a filesystem that refuses O_DIRECT midway gets the rest the usual way.
+static int write_all(CStowSystem_direct_file *f, const char *data, size_t length, long long offset) {
+    if (f->failed) {
+        errno = f->saved_errno;
+        return -1;
+    }
+    size_t done = 0;
+    while (done < length) {
+        ssize_t n = pwrite(f->fd, data + done, length - done, (off_t)(offset + (long long)done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == EINVAL && f->direct) {
+            if (set_direct(f, 0) == 0) continue;
+        }
+        if (n <= 0) {
+            f->failed = 1;
+            f->saved_errno = n < 0 ? errno : EIO;
+            errno = f->saved_errno;
+            return -1;
+        }
+        done += (size_t)n;
+        if (offset + (long long)done > f->written) f->written = offset + (long long)done;
+    }
+    return 0;
+}
+
+CStowSystem_direct_file *CStowSystem_direct_open(const char *path, long long offset) {
+    if (offset < 0 || offset % DIRECT_ALIGN != 0) {
+        errno = EINVAL;
+        return NULL;
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_DIRECT, 0644);
+    if (fd < 0) return NULL;
+    if (ftruncate(fd, (off_t)offset) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return NULL;
+    }
+    CStowSystem_direct_file *f = calloc(1, sizeof *f);
+    if (f != NULL) {
+        f->buffer[0] = take_buffer();
+        f->buffer[1] = take_buffer();
+    }
+    if (f == NULL || f->buffer[0] == NULL || f->buffer[1] == NULL) {
+        if (f != NULL) {
+            give_buffer(f->buffer[0]);
+            give_buffer(f->buffer[1]);
+            free(f);
+        }
+        close(fd);
+        errno = ENOMEM;
+        return NULL;
+    }
+    f->fd = fd;
+    f->direct = 1;
+    f->start = offset;
+    f->written = offset;
+    return f;
+}
+
+size_t CStowSystem_direct_append(CStowSystem_direct_file *f, const void *data, size_t length) {
+    size_t space = DIRECT_BUFFER - f->fill;
+    size_t n = length < space ? length : space;
+    memcpy(f->buffer[f->active] + f->fill, data, n);
+    f->fill += n;
+    return n;
+}
+
+void CStowSystem_direct_rotate(CStowSystem_direct_file *f) {
+    f->rotated = f->buffer[f->active];
+    f->rotated_length = f->fill;
+    f->rotated_start = f->start;
+    f->start += (long long)f->fill;
+    f->active ^= 1;
+    f->fill = 0;
+}
+
+int CStowSystem_direct_write_rotated(CStowSystem_direct_file *f) {
+    if (f->rotated == NULL) return 0;
+    int rc = write_all(f, f->rotated, f->rotated_length, f->rotated_start);
+    f->rotated = NULL;
+    return rc;
+}
+
+int CStowSystem_direct_finish(CStowSystem_direct_file *f) {
+    size_t aligned = f->fill & ~(size_t)(DIRECT_ALIGN - 1);
+    int rc = 0;
+    if (aligned > 0) rc = write_all(f, f->buffer[f->active], aligned, f->start);
+    if (rc == 0 && aligned < f->fill) {
+        // The last partial block: O_DIRECT writes whole blocks only.
+        if (f->direct && set_direct(f, 0) != 0) rc = -1;
+        if (rc == 0) rc = write_all(f, f->buffer[f->active] + aligned, f->fill - aligned, f->start + (long long)aligned);
+    }
+    if (rc == 0) {
+        f->start += (long long)f->fill;
+        f->fill = 0;
+    } else {
+        // Keep only what was written whole: no hole may pass for received bytes.
+        int e = errno;
+        if (ftruncate(f->fd, (off_t)f->written) != 0) { /* the size stays; fsync below still runs */ }
+        errno = e;
+    }
+    int e = errno;
+    if (fsync(f->fd) != 0 && rc == 0) return -1;
+    errno = e;
+    return rc;
+}
+
+long long CStowSystem_direct_offset(const CStowSystem_direct_file *f) { return f->start + (long long)f->fill; }
+
+void CStowSystem_direct_close(CStowSystem_direct_file *f) {
+    if (f == NULL) return;
+    close(f->fd);
+    give_buffer(f->buffer[0]);
+    give_buffer(f->buffer[1]);
+    free(f);
+}

@@ -14,4 +14,37 @@ int CStowSystem_punch_hole(int fd, off_t offset, off_t length);
 /// descriptors' file offsets alone.
 ssize_t CStowSystem_copy_file_range(int fd_in, off_t in_offset, int fd_out, off_t out_offset, size_t length);
 
+// A file written around the page cache (O_DIRECT), for stowd's staging files: large uploads
+// would otherwise pass through fresh page-cache pages, which cost more than the disk on a VM
+// (docs/performance.md). Bytes are copied into one of two aligned buffers; a full buffer is
+// written (blocking: on a thread pool) while the other fills. The last partial block goes
+// through the page cache. Not thread-safe: one writer, and at most one write in flight.
+typedef struct CStowSystem_direct_file CStowSystem_direct_file;
+
+/// Opens `path` for writing (created if missing, cut to `offset`), the next byte at `offset`.
+/// NULL with errno on failure; EINVAL when `offset` is not a multiple of 4096 or the filesystem
+/// refuses O_DIRECT (the caller then writes the usual way).
+CStowSystem_direct_file *CStowSystem_direct_open(const char *path, long long offset);
+
+/// Copies up to `length` bytes into the filling buffer; returns how many fit (fewer than
+/// `length` when it is full: then `rotate`, write the full one, and append the rest).
+size_t CStowSystem_direct_append(CStowSystem_direct_file *f, const void *data, size_t length);
+
+/// Hands the full buffer over to `write_rotated` and starts filling the other one. Only once the
+/// previous `write_rotated` returned.
+void CStowSystem_direct_rotate(CStowSystem_direct_file *f);
+
+/// Writes the buffer `rotate` handed over. Blocking. 0, or -1 with errno.
+int CStowSystem_direct_write_rotated(CStowSystem_direct_file *f);
+
+/// Writes what is buffered (the last partial block through the page cache) and fsyncs. Blocking;
+/// only once the previous `write_rotated` returned. 0, or -1 with errno.
+int CStowSystem_direct_finish(CStowSystem_direct_file *f);
+
+/// The offset the next byte goes to.
+long long CStowSystem_direct_offset(const CStowSystem_direct_file *f);
+
+/// Closes the file and frees the writer (its buffers are kept for the next one).
+void CStowSystem_direct_close(CStowSystem_direct_file *f);
+
 #endif

@@ -360,6 +360,9 @@ extension StowService {
                 }
             } catch let e as APIError {
                 failure = e
+            } catch let e as BlobStoreError {
+                // A full disk: what was written whole is kept, and the client is told why (507).
+                failure = e
             } catch {
                 // The client went away mid-body (a cancelled or broken upload): what arrived is kept.
                 failure = APIError(.badRequest, .sizeMismatch, "the body broke off after \(writer.offset - offset) bytes: \(error)")

@@ -34,6 +34,8 @@ public final class LocalBlobStore: BlobStore {
     }
 
     public func openStaged(_ id: String, at offset: Int64) async throws -> any StagedWriter {
+        // Around the page cache where the filesystem and the offset allow it; the usual way otherwise.
+        if let direct = try await DirectStagedWriter.open(stagedPath(id).string, at: offset) { return direct }
         let handle = try await mapErrors { try await fs.openFile(forWritingAt: stagedPath(id), options: .modifyFile(createIfNecessary: true)) }
         do {
             try await mapErrors { try await handle.resize(to: .bytes(offset)) }
@@ -157,6 +159,8 @@ func mapErrors<T>(_ body: () async throws -> T) async throws -> T {
             }
             if error.code == .resourceExhausted { throw BlobStoreError.noSpace }
             throw error
+        } catch let error as StagingFailure where error.errno == ENOSPC || error.errno == EDQUOT {
+            throw BlobStoreError.noSpace
         }
 }
 
