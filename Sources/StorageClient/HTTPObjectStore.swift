@@ -239,8 +239,10 @@ public final class HTTPObjectStore: ObjectStore {
     }
 
     public func send(_ session: StartUploadResponse, from source: UploadSource, offset: Int64, end: Int64, progress: ProgressHandler?) async throws -> Int64 {
-        precondition(offset >= 0 && offset <= end && end <= session.size)
-        let whole = offset == 0 && end == session.size
+        let deferred = session.deferLength == true
+        precondition(offset >= 0 && offset <= end && (deferred || end <= session.size))
+        // A deferred-length upload goes in PATCHes only: a PUT would say "this is all of it".
+        let whole = !deferred && offset == 0 && end == session.size
         var headers: [(String, String)] = []
         if !whole {
             headers = [(Tus.resumable, Tus.version), (Tus.uploadOffset, String(offset)), ("Content-Type", Tus.offsetContentType)]

@@ -326,7 +326,8 @@ public actor InMemoryObjectStore: ObjectStore {
         return StartUploadResponse(
             fileName: path.name, filePath: path.string, contentType: ct, namespace: ns.name, size: request.size, tags: request.tags ?? [],
             upload: UploadLink(url: "memory://upload/\(id)", expiry: 1800, expiresAt: Timestamp.nowSeconds() + 1800),
-            cdn: CDNLink(url: "memory:/" + rel, absoluteUrl: "memory:/" + rel, relativeUrl: rel), params: request.params)
+            cdn: CDNLink(url: "memory:/" + rel, absoluteUrl: "memory:/" + rel, relativeUrl: rel), params: request.params,
+            deferLength: request.deferLength == true ? true : nil)
     }
 
     private func uploadID(_ session: StartUploadResponse) throws -> String {
@@ -343,7 +344,7 @@ public actor InMemoryObjectStore: ObjectStore {
     public func send(_ session: StartUploadResponse, from source: UploadSource, offset: Int64, end: Int64, progress: ProgressHandler?) async throws -> Int64 {
         let id = try uploadID(session)
         var u = uploads[id]!
-        let whole = offset == 0 && end == u.request.size
+        let whole = u.request.deferLength != true && offset == 0 && end == u.request.size
         if !whole && offset != Int64(u.bytes.readableBytes) {
             throw StorageError(.offsetMismatch, "offset \(offset) but the upload has \(u.bytes.readableBytes)", status: 409)
         }
@@ -368,6 +369,8 @@ public actor InMemoryObjectStore: ObjectStore {
         let id = try uploadID(session)
         var u = uploads[id]!
         if let ino = u.resultInode, nodes[ino] != nil { return record(u.namespace, u.path, ino) }
+        // A deferred-length upload learns its size here.
+        if u.request.deferLength == true { u.request.size = session.size }
         guard Int64(u.bytes.readableBytes) == u.request.size else {
             throw StorageError(.incomplete, "only \(u.bytes.readableBytes) of \(u.request.size) bytes arrived", status: 409)
         }

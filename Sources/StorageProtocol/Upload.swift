@@ -59,19 +59,26 @@ public struct StartUploadRequest: Codable, Sendable, Equatable {
     public var size: Int64
     public var tags: [String]?
     public var params: UploadParams?
+    /// The size is not known yet (a file still being written): `size` is 0, bytes come in PATCHes
+    /// at increasing offsets, and complete names the final size.
+    public var deferLength: Bool?
 
-    public init(fileName: String, contentType: String? = nil, size: Int64, tags: [String]? = nil, params: UploadParams? = nil) {
+    public init(
+        fileName: String, contentType: String? = nil, size: Int64, tags: [String]? = nil, params: UploadParams? = nil, deferLength: Bool? = nil
+    ) {
         self.fileName = fileName
         self.contentType = contentType
         self.size = size
         self.tags = tags
         self.params = params
+        self.deferLength = deferLength
     }
 
     enum CodingKeys: String, CodingKey {
         case size, tags, params
         case fileName = "file_name"
         case contentType = "content_type"
+        case deferLength = "defer_length"
     }
 }
 
@@ -127,11 +134,14 @@ public struct StartUploadResponse: Codable, Sendable, Equatable {
     public var cdn: CDNLink
     public var method: String
     public var params: UploadParams?
+    /// A deferred-length upload (`size` is 0 until the client sets it, in complete's body).
+    public var deferLength: Bool?
 
     public init(
         fileName: String, filePath: String, contentType: String, namespace: String, operation: String = "putObject",
-        size: Int64, tags: [String], upload: UploadLink, cdn: CDNLink, method: String = "PUT", params: UploadParams?
+        size: Int64, tags: [String], upload: UploadLink, cdn: CDNLink, method: String = "PUT", params: UploadParams?, deferLength: Bool? = nil
     ) {
+        self.deferLength = deferLength
         self.fileName = fileName
         self.filePath = filePath
         self.contentType = contentType
@@ -150,6 +160,7 @@ public struct StartUploadResponse: Codable, Sendable, Equatable {
         case fileName = "file_name"
         case filePath = "file_path"
         case contentType = "content_type"
+        case deferLength = "defer_length"
     }
 }
 
@@ -161,6 +172,7 @@ public enum Tus {
     public static let resumable = "Tus-Resumable"
     public static let uploadOffset = "Upload-Offset"
     public static let uploadLength = "Upload-Length"
+    public static let uploadDeferLength = "Upload-Defer-Length"
     public static let uploadMetadata = "Upload-Metadata"
     public static let uploadExpires = "Upload-Expires"
     public static let uploadChecksum = "Upload-Checksum"

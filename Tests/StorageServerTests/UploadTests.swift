@@ -88,6 +88,43 @@ struct UploadTests {
         }
     }
 
+    @Test("a deferred-length upload takes PATCHes at increasing offsets and learns its size at complete; a wrong size changes nothing")
+    func deferredLength() async throws {
+        try await withServer { s in
+            let bytes = randomBytes(5 << 20)
+            var session = try await s.admin.startUpload(testNamespace, StartUploadRequest(fileName: "growing.bin", size: 0, deferLength: true))
+            #expect(session.deferLength == true)
+            #expect(session.size == 0)
+            let head = try await s.raw.send("HEAD", session.upload.url, token: nil)
+            #expect(head.header("Upload-Defer-Length") == "1")
+            #expect(head.header("Upload-Length") == nil)
+            let source = UploadSource.bytes(ByteBuffer(bytes: bytes))
+            // As a file still being written is sent: whatever is there, then the rest.
+            var offset: Int64 = 0
+            for end in [Int64(1 << 20), Int64(4 << 20) + 3, Int64(bytes.count)] {
+                offset = try await s.admin.send(session, from: source, offset: offset, end: end, progress: nil)
+                #expect(offset == end)
+            }
+            // A size other than what arrived is refused, and the upload can still complete.
+            session.size = Int64(bytes.count) - 1
+            await #expect { _ = try await s.admin.completeUpload(session) } throws: { ($0 as? StorageError)?.kind == .incomplete }
+            await #expect(throws: StorageError.self) { try await s.admin.record(testNamespace, path("growing.bin")) }
+            session.size = Int64(bytes.count)
+            let record = try await s.admin.completeUpload(session)
+            #expect(record.size == Int64(bytes.count))
+            #expect(try await s.admin.get("growing.bin") == bytes)
+            #expect(try await s.admin.uploadedBytes(session) == Int64(bytes.count))
+            // Only the three-step upload defers its length, and only with size 0.
+            let sized = try await s.raw.json("POST", "/service/application/assets/v2.0/namespaces/test/upload/start", StartUploadRequest(fileName: "x", size: 5, deferLength: true))
+            #expect(sized.status == 400)
+            let direct = try await s.raw.send(
+                "POST", "/service/application/assets/v2.0/namespaces/test/upload/direct",
+                headers: [("Stow-Upload", WireJSON.encode(StartUploadRequest(fileName: "y", size: 0, deferLength: true)).base64EncodedString())], body: Data())
+            #expect(direct.status == 400)
+            await #expect(throws: StorageError.self) { try await s.admin.record(testNamespace, path("y")) }
+        }
+    }
+
     @Test("an empty file can be uploaded without sending any bytes")
     func emptyFile() async throws {
         try await withServer { s in

@@ -58,7 +58,7 @@ extension StowService {
                 // No early check against the tree: the bytes are here already, and publishing checks it.
                 let upload = try await declareUpload(
                     ns: ns, path: try StoragePath(f.fileName), size: f.size, contentType: f.contentType, tags: f.tags, params: f.params ?? UploadParams(),
-                    autoComplete: false, precheck: false)
+                    autoComplete: false, precheck: false, deferLength: f.deferLength)
                 if upload.size <= inlineLimit {
                     inline.append((i, try inlineFile(upload, bytes)))
                 } else {

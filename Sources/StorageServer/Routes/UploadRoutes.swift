@@ -31,8 +31,9 @@ extension StowService {
         let body = try await decode(StartUploadRequest.self, from: request)
         let path = try StoragePath(body.fileName)
         let upload = try await createUpload(
-            ns: ns, path: path, size: body.size, contentType: body.contentType, tags: body.tags, params: body.params ?? UploadParams(),
-            autoComplete: false)
+            declareUpload(
+                ns: ns, path: path, size: body.size, contentType: body.contentType, tags: body.tags, params: body.params ?? UploadParams(),
+                autoComplete: false, deferLength: body.deferLength, allowDefer: true))
         let base = baseURL(request)
         return json(startResponse(upload, base: base))
     }
@@ -60,7 +61,7 @@ extension StowService {
         }
         let declared = try await declareUpload(
             ns: ns, path: try StoragePath(body.fileName), size: body.size, contentType: body.contentType, tags: body.tags,
-            params: body.params ?? UploadParams(), autoComplete: false)
+            params: body.params ?? UploadParams(), autoComplete: false, deferLength: body.deferLength)
         if declared.size <= inlineLimit {
             return json(record(try await storeInline(request, declared), base: baseURL(request)), status: .created)
         }
@@ -144,11 +145,17 @@ extension StowService {
 
     /// Validates an upload's declaration; nothing is recorded. `precheck`: also refuse now what
     /// publishing would refuse (an existing folder, `if_none_match`), before any byte is sent.
+    /// `deferLength` (allowed where `allowDefer`): the size comes with complete.
     func declareUpload(
         id: String = StowService.newID(), ns: Namespace, path: StoragePath, size: Int64, contentType: String?, tags: [String]?, params: UploadParams,
-        autoComplete: Bool, precheck: Bool = true
+        autoComplete: Bool, precheck: Bool = true, deferLength: Bool? = nil, allowDefer: Bool = false
     ) async throws -> UploadRecord {
         guard size >= 0 else { throw APIError.badRequest("`size` must be zero or more") }
+        let deferred = deferLength == true
+        if deferred {
+            guard allowDefer else { throw APIError.badRequest("`defer_length` is for the three-step upload (start, PATCH at increasing offsets, complete with the size)") }
+            guard size == 0 else { throw APIError.badRequest("with `defer_length`, `size` must be 0 (complete names the size)") }
+        }
         guard size <= config.maxUploadSize else {
             throw APIError(.contentTooLarge, .payloadTooLarge, "`size` \(size) is larger than the \(config.maxUploadSize) bytes allowed")
         }
@@ -171,10 +178,11 @@ extension StowService {
             }
         }
         let now = Timestamp.nowNanoseconds()
-        let upload = UploadRecord(
+        var upload = UploadRecord(
             id: id, namespace: ns, path: path, size: size, contentType: contentType ?? ContentTypes.infer(fileName: path.name),
             tags: tags, params: params, createdNs: now, expiresAt: now / 1_000_000_000 + config.uploadLinkLifetime, state: .open,
             resultInode: nil, autoComplete: autoComplete)
+        if deferred { upload.size = UploadRecord.deferredSize }
         return upload
     }
 
@@ -182,9 +190,10 @@ extension StowService {
         let link = base + Routes.storageLink(u.id) + "?" + signer.query(scope: .upload, resource: URLSigner.uploadResource(u.id), expires: u.expiresAt)
         let relative = Routes.cdn(u.namespace, u.path)
         return StartUploadResponse(
-            fileName: u.path.name, filePath: u.path.string, contentType: u.contentType, namespace: u.namespace.name, size: u.size,
+            fileName: u.path.name, filePath: u.path.string, contentType: u.contentType, namespace: u.namespace.name, size: u.isDeferred ? 0 : u.size,
             tags: u.tags ?? [], upload: UploadLink(url: link, expiry: Int(config.uploadLinkLifetime), expiresAt: u.expiresAt),
-            cdn: CDNLink(url: base + relative, absoluteUrl: base + relative, relativeUrl: relative), params: u.params)
+            cdn: CDNLink(url: base + relative, absoluteUrl: base + relative, relativeUrl: relative), params: u.params,
+            deferLength: u.isDeferred ? true : nil)
     }
 
     func complete(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
@@ -194,8 +203,15 @@ extension StowService {
         guard let id = Self.uploadID(fromLink: body.upload.url) else {
             throw APIError.badRequest("`upload.url` is not a storage link of this server")
         }
-        guard let upload = try await store.upload(id: id), upload.namespace == ns else {
+        guard var upload = try await store.upload(id: id), upload.namespace == ns else {
             throw APIError.notFound("no upload \(id) in namespace `\(ns)` (it may have expired)")
+        }
+        if upload.isDeferred && upload.state == .open {
+            // The size is known now: this body's `size`, which must be all that arrived (finish checks).
+            guard body.size >= 0, body.size <= config.maxUploadSize else {
+                throw APIError.badRequest("`size` must be the upload's final size (0 to \(config.maxUploadSize)) for a deferred-length upload")
+            }
+            upload.size = body.size
         }
         guard body.filePath.isEmpty || (try? StoragePath(body.filePath)) == upload.path else {
             throw APIError.badRequest("`file_path` does not match the upload's path `\(upload.path)`")
@@ -273,7 +289,11 @@ extension StowService {
         case .head:
             let offset = upload.state == .completed ? upload.size : (try await blobs.stagedSize(upload.id) ?? 0)
             headers[offsetName] = String(offset)
-            headers[HTTPField.Name(Tus.uploadLength)!] = String(upload.size)
+            if upload.isDeferred {
+                headers[HTTPField.Name(Tus.uploadDeferLength)!] = "1"
+            } else {
+                headers[HTTPField.Name(Tus.uploadLength)!] = String(upload.size)
+            }
             return Response(status: .ok, headers: headers)
         case .delete:
             guard upload.state == .open else { throw APIError.conflict(.conflict, "this upload has completed; delete the file instead") }
@@ -285,11 +305,11 @@ extension StowService {
             return Response(status: .noContent, headers: headers)
         case .put:
             guard upload.state == .open else { throw APIError.conflict(.conflict, "this upload has completed already") }
-            if let declared = request.headers[.contentLength].flatMap({ Int64($0) }), declared != upload.size {
+            if !upload.isDeferred, let declared = request.headers[.contentLength].flatMap({ Int64($0) }), declared != upload.size {
                 throw APIError(.badRequest, .sizeMismatch, "Content-Length is \(declared) but the upload was started with size \(upload.size)")
             }
             let end = try await receive(request, into: upload, at: 0, checksum: nil)
-            guard end == upload.size else {
+            guard end == upload.size || upload.isDeferred else {
                 throw APIError(
                     .badRequest, .sizeMismatch,
                     "received \(end) of the \(upload.size) bytes declared; send the rest with PATCH at offset \(end), or PUT again")
@@ -327,8 +347,9 @@ extension StowService {
             if request.method == .patch && offset != current {
                 throw APIError(.conflict, .offsetMismatch, "Upload-Offset is \(offset) but the server has \(current) bytes; resume from \(current)")
             }
-            if request.method == .patch, let declared = request.headers[.contentLength].flatMap({ Int64($0) }), offset + declared > upload.size {
-                throw APIError(.contentTooLarge, .payloadTooLarge, "this chunk would take the upload past its \(upload.size) bytes")
+            let limit = upload.limit(config.maxUploadSize)
+            if request.method == .patch, let declared = request.headers[.contentLength].flatMap({ Int64($0) }), offset + declared > limit {
+                throw APIError(.contentTooLarge, .payloadTooLarge, "this chunk would take the upload past its \(limit) bytes")
             }
             var writer = try await blobs.openStaged(upload.id, at: offset)
             // The whole file's SHA-256 goes on from the last chunk, hashed on another thread in
@@ -341,8 +362,8 @@ extension StowService {
             var failure: (any Error)?
             do {
                 for try await buffer in request.body {
-                    guard writer.offset + Int64(buffer.readableBytes) <= upload.size else {
-                        throw APIError(.contentTooLarge, .payloadTooLarge, "the body is longer than the \(upload.size) bytes declared")
+                    guard writer.offset + Int64(buffer.readableBytes) <= limit else {
+                        throw APIError(.contentTooLarge, .payloadTooLarge, "the body is longer than the \(limit) bytes allowed")
                     }
                     if let whole {
                         batch.append(buffer)

@@ -140,6 +140,12 @@ public struct UploadRecord: Sendable, Equatable {
     public var resultInode: UInt64?
     /// tus uploads created at `/tus/files` complete themselves when the last byte arrives.
     public var autoComplete: Bool
+
+    /// `size` of an upload whose length is deferred (set by complete).
+    public static let deferredSize: Int64 = -1
+    public var isDeferred: Bool { size == Self.deferredSize }
+    /// The most bytes the staging file may grow to.
+    func limit(_ maxUploadSize: Int64) -> Int64 { isDeferred ? maxUploadSize : size }
 }
 
 /// What to list.

@@ -485,7 +485,9 @@ public final class SQLiteMetadataStore: MetadataStore {
                 return Node(namespace: upload.namespace, path: upload.path, inode: try Self.inode(db, Int64(ino)))
             }
             let node = try Self.placeFile(db, upload, blob: blob, graceNs: grace)
-            try db.executeCached(sql: "UPDATE uploads SET state = 'completed', result_ino = ? WHERE id = ?", arguments: [Int64(node.inode.ino), upload.id])
+            // The size too: a deferred-length upload learns it at complete.
+            try db.executeCached(
+                sql: "UPDATE uploads SET state = 'completed', result_ino = ?, size = ? WHERE id = ?", arguments: [Int64(node.inode.ino), blob.size, upload.id])
             return node
         }
     }
