@@ -210,6 +210,11 @@ final class FuseAdapter: Sendable {
     }
 
     func flush(_ req: FuseRequest, ino: InodeNumber, handle: UInt64) {
+        // A file streamed to the server: its last close waits for the server, as a task.
+        if engine.flushWaitsForServer(ino) {
+            respond(req, { () async throws(FSError) in try await self.engine.flush(ino, handle: handle) }) { r, _ in r.replyOK() }
+            return
+        }
         do {
             try engine.flushHere(ino, handle: handle)
             req.replyOK()

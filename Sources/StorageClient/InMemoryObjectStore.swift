@@ -370,7 +370,13 @@ public actor InMemoryObjectStore: ObjectStore {
         var u = uploads[id]!
         if let ino = u.resultInode, nodes[ino] != nil { return record(u.namespace, u.path, ino) }
         // A deferred-length upload learns its size here.
-        if u.request.deferLength == true { u.request.size = session.size }
+        if u.request.deferLength == true {
+            // And its final declaration, as stowd takes it.
+            u.request.size = session.size
+            u.request.params = session.params
+            u.request.tags = session.tags
+            u.request.contentType = session.contentType
+        }
         guard Int64(u.bytes.readableBytes) == u.request.size else {
             throw StorageError(.incomplete, "only \(u.bytes.readableBytes) of \(u.request.size) bytes arrived", status: 409)
         }

@@ -29,6 +29,13 @@ public struct MountConfiguration: Sendable {
     public var maxBlocksPerRequest: Int = 8
     /// Files above this go to the server in resumable chunks of this size.
     public var uploadChunkSize: Int64 = 64 << 20
+    /// A file written from empty by appends starts streaming to the server once it is this large
+    /// (0: never), in PATCHes of at least `streamChunkSize`; its last close then waits for the
+    /// server instead of the disk (`ContentStream`).
+    public var streamThreshold: Int64 = 16 << 20
+    public var streamChunkSize: Int64 = 16 << 20
+    /// How long a close waits for a stream to finish before it goes the usual way.
+    public var streamFinishTimeout: Duration = .seconds(60)
     /// Defaults for inodes that carry no owner or mode.
     public var defaultUID: UInt32 = 0
     public var defaultGID: UInt32 = 0

@@ -110,8 +110,14 @@ struct UploadTests {
             await #expect { _ = try await s.admin.completeUpload(session) } throws: { ($0 as? StorageError)?.kind == .incomplete }
             await #expect(throws: StorageError.self) { try await s.admin.record(testNamespace, path("growing.bin")) }
             session.size = Int64(bytes.count)
+            // Complete also brings the final declaration (the file changed while it was written).
+            session.tags = ["late"]
+            session.params = UploadParams(metadata: ["k": "v"], mode: 0o600)
             let record = try await s.admin.completeUpload(session)
             #expect(record.size == Int64(bytes.count))
+            #expect(record.tags == ["late"])
+            #expect(record.metadata == ["k": "v"])
+            #expect(record.mode == 0o600)
             #expect(try await s.admin.get("growing.bin") == bytes)
             #expect(try await s.admin.uploadedBytes(session) == Int64(bytes.count))
             // Only the three-step upload defers its length, and only with size 0.

@@ -212,6 +212,15 @@ extension StowService {
                 throw APIError.badRequest("`size` must be the upload's final size (0 to \(config.maxUploadSize)) for a deferred-length upload")
             }
             upload.size = body.size
+            // And its final declaration: the file's attributes changed while it was written.
+            if let params = body.params {
+                try validate(metadata: params.metadata)
+                upload.params = params
+            }
+            try validate(contentType: body.contentType)
+            try validate(tags: body.tags)
+            upload.contentType = body.contentType
+            upload.tags = body.tags
         }
         guard body.filePath.isEmpty || (try? StoragePath(body.filePath)) == upload.path else {
             throw APIError.badRequest("`file_path` does not match the upload's path `\(upload.path)`")

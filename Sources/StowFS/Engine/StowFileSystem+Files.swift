@@ -31,6 +31,7 @@ extension StowFileSystem {
                 validUntil: .now)
             e.meta.contentType = ContentTypes.infer(fileName: name) == ContentTypes.fallback ? nil : ContentTypes.infer(fileName: name)
             e.local = LocalContent(file: file, size: 0, dirty: true, writers: 1, frozen: false, heldUpload: nil)
+            e.local?.appendOnly = true
             e.lookups = 1
             e.openHandles = 1
             e.changedAt = .now
@@ -82,8 +83,12 @@ extension StowFileSystem {
         return try state.withLock { (s: inout State) throws(FSError) -> OpenedFile in
             var e = try inode(s, ino)
             if write {
+                // A second writer may write anywhere: no stream.
+                if e.local != nil { stopStream(&e.local!) }
                 if let newFile {
-                    e.local = LocalContent(file: newFile, size: 0, dirty: true, writers: e.local?.writers ?? 0, frozen: false, heldUpload: e.local?.heldUpload)
+                    let writers = e.local?.writers ?? 0
+                    e.local = LocalContent(file: newFile, size: 0, dirty: true, writers: writers, frozen: false, heldUpload: e.local?.heldUpload)
+                    e.local?.appendOnly = writers == 0
                     e.attributes.size = 0
                     e.attributes.mtime = .now
                     e.attributes.ctime = .now
@@ -406,8 +411,24 @@ extension StowFileSystem {
     public func didWrite(_ ino: InodeNumber, handle: UInt64, offset: Int64, count: Int) {
         state.withLock { s in
             guard var e = s.inodes[ino], var local = e.local else { return }
+            let append = offset == local.size
             local.size = max(local.size, offset + Int64(count))
             local.changed()
+            if !append {
+                stopStream(&local)
+            } else if let stream = local.stream {
+                stream.grew(to: local.size)
+            } else if local.appendOnly, configuration.streamThreshold > 0, local.size >= configuration.streamThreshold, local.writers == 1,
+                e.upload == nil, e.olderUploads.isEmpty, local.heldUpload == nil, e.submitting == 0, !e.unlinked, streamSupport.works,
+                let location = try? self.location(s, ino), location.namespace != nil
+            {
+                // Large, and written from empty by appends: it goes to the server as it grows.
+                let (params, ct, tags) = uploadParams(e)
+                local.stream = ContentStream(
+                    location: location, cacheFile: local.file.path,
+                    request: StartUploadRequest(fileName: location.path.string, contentType: ct, size: 0, tags: tags, params: params, deferLength: true),
+                    written: local.size, store: store, chunk: configuration.streamChunkSize, logger: logger, support: streamSupport)
+            }
             e.local = local
             e.attributes.size = UInt64(local.size)
             let now = TimeSpec.now
@@ -429,7 +450,67 @@ extension StowFileSystem {
     /// close(2) of one descriptor: what was written is made durable here (local file fsynced, journal
     /// record written) before this returns. The upload itself waits for the last close.
     public func flush(_ ino: InodeNumber, handle: UInt64) async throws(FSError) {
+        if await finishStream(ino, handle: handle) { return }
         try flushHere(ino, handle: handle)
+    }
+
+    /// Whether a flush of this file waits for the server (a stream to finish): FuseKit then runs
+    /// `flush` as a task instead of `flushHere` on the FUSE thread.
+    public func flushWaitsForServer(_ ino: InodeNumber) -> Bool {
+        state.withLock { $0.inodes[ino]?.local?.stream != nil }
+    }
+
+    /// Stops the file's stream for good (it goes the usual way).
+    func stopStream(_ local: inout LocalContent) {
+        local.stream?.abandon()
+        local.stream = nil
+        local.appendOnly = false
+    }
+
+    /// The last close of a streamed file: the rest goes and the upload completes, with the file's
+    /// size and attributes as they are now. True when the server has it all (no fsync, no journal
+    /// record needed); false when the file must go the usual way (the stream is gone then).
+    func finishStream(_ ino: InodeNumber, handle: UInt64) async -> Bool {
+        let timeout = configuration.streamFinishTimeout
+        let plan = state.withLock { s -> (ContentStream, Int64, UInt64, StartUploadRequest)? in
+            guard let h = s.handles[handle], h.writable, var e = s.inodes[ino], var local = e.local, let stream = local.stream else { return nil }
+            // Only the file exactly as it is closed, with nothing else owed for it, and only if the
+            // rest reaches the server soon.
+            guard local.dirty, local.writers == 1, !e.unlinked, e.upload == nil, e.olderUploads.isEmpty, local.heldUpload == nil, e.submitting == 0,
+                let location = try? self.location(s, ino), location == stream.location,
+                stream.catchesUp(tail: local.size - stream.sent, within: timeout / 4)
+            else {
+                stopStream(&local)
+                e.local = local
+                s.inodes[ino] = e
+                return nil
+            }
+            let (params, ct, tags) = uploadParams(e)
+            let request = StartUploadRequest(fileName: location.path.string, contentType: ct, size: local.size, tags: tags, params: params, deferLength: true)
+            return (stream, local.size, local.changes, request)
+        }
+        guard let (stream, size, changes, request) = plan else { return false }
+        let record = await stream.finish(size: size, request: request, timeout: timeout)
+        return state.withLock { s -> Bool in
+            guard var e = s.inodes[ino], var local = e.local, local.stream === stream else { return false }
+            local.stream = nil
+            local.appendOnly = false
+            defer {
+                e.local = local
+                s.inodes[ino] = e
+            }
+            guard let record else { return false }
+            if let old = s.byRemote[record.inode], old != ino, s.inodes[old]?.hasLocalState == false { s.inodes[old] = nil }
+            e.remote = RemoteInfo(ino: record.inode, etag: record.etag, id: record.id)
+            s.byRemote[record.inode] = ino
+            e.changedAt = .now
+            // Written to meanwhile: the server has an older content; the usual flush follows.
+            guard local.changes == changes else { return false }
+            local.dirty = false
+            local.streamed = true
+            e.pageCacheETag = record.etag
+            return true
+        }
     }
 
     /// flush without a task, on the caller's thread (FuseKit calls it on the FUSE thread, so that
@@ -486,10 +567,28 @@ extension StowFileSystem {
             return h.writable
         }
         if writable { await submit(ino, onlyIfClosed: true) }
+        dropStreamedCopy(ino)
         state.withLock { s in
             // An unlinked file that nobody holds any more is gone.
             if let e = s.inodes[ino], e.unlinked, e.openHandles == 0, e.lookups == 0, !e.hasLocalState { s.inodes[ino] = nil }
         }
+    }
+
+    /// A closed file whose content the server got by a stream: its local copy goes (emptied for reuse).
+    func dropStreamedCopy(_ ino: InodeNumber) {
+        let dropped = state.withLock { s -> CacheFile? in
+            guard var e = s.inodes[ino], let local = e.local, local.streamed, !local.dirty, local.writers == 0, local.stream == nil, e.upload == nil,
+                e.olderUploads.isEmpty, local.heldUpload == nil, e.submitting == 0
+            else { return nil }
+            e.local = nil
+            e.attributes.size = UInt64(local.size)
+            e.validUntil = .now + configuration.attributeTTL
+            s.inodes[ino] = e
+            return local.file
+        }
+        guard var file = consume dropped else { return }
+        // A read still splicing from it holds another reference: then it is deleted instead.
+        if isKnownUniquelyReferenced(&file) { cacheFiles.give(file) } else { Glibc.unlink(file.path) }
     }
 
     /// Hands the inode's changed content to the upload queue as an immutable snapshot.
@@ -516,6 +615,8 @@ extension StowFileSystem {
         let plan = try? state.withLock { (s: inout State) throws(FSError) -> (CacheFile, Int64, Int64?, Bool, Location, UploadParams, String?, [String]?, [Int64])? in
             guard var e = s.inodes[ino], var local = e.local, local.dirty, !e.unlinked else { return nil }
             if local.writers > 0 && onlyIfClosed { return nil }
+            // Sent the usual way now: a stream must not complete after it.
+            stopStream(&local)
             let location = try self.location(s, ino)
             let (params, ct, tags) = uploadParams(e)
             var snapshot = local.file

@@ -110,8 +110,12 @@ extension StowFileSystem {
 
     private func unlinkLocked(parent: InodeNumber, name: String, ino: InodeNumber) async throws(FSError) {
         let (location, owed, isRemote, lastName) = try state.withLock { (s: inout State) throws(FSError) -> (Location, [Int64], Bool, Bool) in
-            let e = try inode(s, ino)
+            var e = try inode(s, ino)
             guard e.kind != .directory else { throw FSError.isADirectory }
+            if e.local?.stream != nil {
+                stopStream(&e.local!)
+                s.inodes[ino] = e
+            }
             // The name being removed (a hard-linked inode has others; its own path is only one of them).
             return (try child(try self.location(s, parent), name), e.owedUploads + (e.local?.heldUpload.map { [$0] } ?? []), e.remote != nil, e.attributes.nlink <= 1)
         }
@@ -214,6 +218,10 @@ extension StowFileSystem {
         dstLoc: Location
     ) async throws(FSError) {
         let ns = srcLoc.namespace!
+        // A stream is bound to its path: the renamed file (or the one replaced) goes the usual way.
+        state.withLock { s in
+            for ino in [src] + (dst.map { [$0] } ?? []) where s.inodes[ino]?.local?.stream != nil { stopStream(&s.inodes[ino]!.local!) }
+        }
         guard let srcEntry = state.withLock({ $0.inodes[src] }) else { throw FSError.notFound }
         let dstEntry = dst.flatMap { d in state.withLock { $0.inodes[d] } }
         // Uploads owed under the old name follow it (interrupted and restarted if running).
@@ -470,6 +478,7 @@ extension StowFileSystem {
             var e = try inode(s, ino)
             guard e.kind == .file else { throw e.kind == .directory ? FSError.isADirectory : FSError.invalidArgument }
             guard e.local != nil else { return true }
+            stopStream(&e.local!)
             try ensureWritable(&e)
             try e.local!.file.truncate(to: size)
             e.local!.size = size

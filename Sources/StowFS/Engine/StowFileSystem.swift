@@ -46,6 +46,7 @@ public final class StowFileSystem: Sendable {
     let flushLocks = FlushLocks()
     /// Uploaded local copies, emptied for the next file.
     let cacheFiles = CacheFilePool()
+    let streamSupport = StreamSupport()
     let logger: Logger
     let state: Mutex<State>
     let filesDirectory: String
@@ -81,6 +82,12 @@ public final class StowFileSystem: Sendable {
         /// journal record) and recorded them:
         /// while the two are equal, the file and its held record are durable as they are.
         var durableAt: UInt64?
+        /// Written from empty by appends only, since it was created or opened with O_TRUNC: it may stream.
+        var appendOnly = false
+        /// The upload following the appends while the file is written (`ContentStream`).
+        var stream: ContentStream?
+        /// The server got this content by a stream: once closed, the copy is not needed.
+        var streamed = false
 
         /// The bytes changed: dirty, and no longer known durable.
         mutating func changed() {

@@ -1,0 +1,159 @@
+import Foundation
+import Logging
+import StorageClient
+import StorageProtocol
+import Synchronization
+
+/// A large file sent to the server while it is still being written: a deferred-length upload
+/// whose PATCHes follow the appends, completed by the last close with the final size and
+/// attributes. Then close(2) needs no fsync of the local copy and no journal record: the server
+/// has every byte (docs/SEMANTICS.md S1).
+///
+/// Only a file written from empty by appends streams: a write anywhere else, a truncate, a
+/// rename, a second writer or any upload of the file the usual way abandons the stream (its
+/// session is deleted), and the file goes the usual way — a stream never completes unless it
+/// is exactly the file as it was closed.
+final class ContentStream: Sendable {
+    /// Where the stream stands.
+    private struct State {
+        /// Bytes appended to the local copy so far.
+        var written: Int64 = 0
+        /// Bytes the server has.
+        var sent: Int64 = 0
+        var abandoned = false
+        /// Set by `finish`: the final size and declaration.
+        var final: (size: Int64, request: StartUploadRequest)?
+    }
+
+    let location: Location
+    let cacheFile: String
+    private let store: any ObjectStore
+    private let chunk: Int64
+    private let logger: Logger
+    private let state = Mutex(State())
+    private let wake = Wakeup()
+    private let task = Mutex<Task<FileRecord?, Never>?>(nil)
+    private let support: StreamSupport
+    private let began = ContinuousClock.now
+
+    /// Starts sending `cacheFile` as it grows to `location`, declared as `request` (its size is deferred).
+    init(
+        location: Location, cacheFile: String, request: StartUploadRequest, written: Int64, store: any ObjectStore, chunk: Int64, logger: Logger,
+        support: StreamSupport
+    ) {
+        self.support = support
+        self.location = location
+        self.cacheFile = cacheFile
+        self.store = store
+        self.chunk = chunk
+        self.logger = logger
+        state.withLock { $0.written = written }
+        let t = Task { [self] in await self.run(request) }
+        task.withLock { $0 = t }
+    }
+
+    /// Bytes the server has so far.
+    var sent: Int64 { state.withLock { $0.sent } }
+
+    /// Whether the last `tail` bytes would reach the server within `limit` at the pace so far
+    /// (a close waits that long at most, or the file goes the usual way).
+    func catchesUp(tail: Int64, within limit: Duration) -> Bool {
+        if tail <= 4 * chunk { return true }
+        let elapsed = ContinuousClock.now - began
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let pace = Double(sent) / max(seconds, 0.001)
+        let limitSeconds = Double(limit.components.seconds)
+        return pace > 0 && Double(tail) / pace <= limitSeconds
+    }
+
+    /// The local copy grew (by appends) to `size` bytes.
+    func grew(to size: Int64) {
+        let due = state.withLock { s -> Bool in
+            s.written = size
+            return s.written - s.sent >= chunk
+        }
+        if due { wake.signal() }
+    }
+
+    /// Stops for good: the file goes the usual way. The session is deleted.
+    func abandon() {
+        state.withLock { $0.abandoned = true }
+        wake.signal()
+    }
+
+    /// Sends what is left and completes with this size and declaration (the file as it was
+    /// closed); nil when the stream failed or was abandoned (the caller then goes the usual way).
+    func finish(size: Int64, request: StartUploadRequest, timeout: Duration) async -> FileRecord? {
+        state.withLock { s in
+            s.written = size
+            s.final = (size, request)
+        }
+        wake.signal()
+        guard let t = task.withLock({ $0 }) else { return nil }
+        // A server that stalls does not hold close(2) forever: past the timeout the file goes the usual way.
+        let timer = Task { [self] in
+            try? await Task.sleep(for: timeout)
+            if !Task.isCancelled { abandon() }
+        }
+        let record = await t.value
+        timer.cancel()
+        return record
+    }
+
+    private func run(_ request: StartUploadRequest) async -> FileRecord? {
+        guard let ns = location.namespace else { return nil }
+        var session: StartUploadResponse?
+        do {
+            let started = try await store.startUpload(ns, request)
+            session = started
+            // A server from before deferred lengths sized the upload 0: it cannot take this.
+            guard started.deferLength == true else {
+                support.works = false
+                throw StorageError(.protocolViolation, "the server does not take deferred-length uploads")
+            }
+            while true {
+                let (abandoned, written, sent, final) = state.withLock { s in (s.abandoned, s.written, s.sent, s.final) }
+                if abandoned { break }
+                let target = final?.size ?? written
+                if let final, sent > final.size { throw StorageError(.localIO, "\(location) is shorter than what was sent") }
+                if let final, sent == final.size {
+                    var complete = started
+                    complete.size = final.size
+                    complete.params = final.request.params
+                    complete.tags = final.request.tags ?? []
+                    complete.contentType = final.request.contentType ?? started.contentType
+                    // Abandoned meanwhile: not completed (the file goes the usual way).
+                    if state.withLock({ $0.abandoned }) { break }
+                    let record = try await store.completeUpload(complete)
+                    logger.debug("streamed \(location) (\(final.size) bytes)")
+                    return record
+                }
+                if target - sent >= chunk || (final != nil && target > sent) {
+                    let reached = try await store.send(started, from: .file(path: cacheFile), offset: sent, end: target, progress: nil)
+                    guard reached > sent else { throw StorageError(.localIO, "no byte of \(location) past \(sent) was taken") }
+                    state.withLock { $0.sent = reached }
+                    continue
+                }
+                await wake.wait(timeout: .seconds(3600))
+            }
+        } catch {
+            logger.debug("stream of \(location) stopped: \(error)")
+        }
+        state.withLock { $0.abandoned = true }
+        if let session {
+            let store = self.store
+            Task { try? await store.abandonUpload(session) }
+        }
+        return nil
+    }
+}
+
+/// Whether the server takes deferred-length uploads: false once one showed it does not (a stowd
+/// from before them sizes such an upload 0); then no file streams any more.
+final class StreamSupport: Sendable {
+    private let flag = Atomic<Bool>(true)
+    var works: Bool {
+        get { flag.load(ordering: .relaxed) }
+        set { flag.store(newValue, ordering: .relaxed) }
+    }
+}
