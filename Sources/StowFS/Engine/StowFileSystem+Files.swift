@@ -490,6 +490,14 @@ extension StowFileSystem {
             return (stream, local.size, local.changes, request)
         }
         guard let (stream, size, changes, request) = plan else { return false }
+        // Uploads of this path still queued (another file's, renamed here or replaced) land first:
+        // a stream bypasses the queue's order, so then it is abandoned and the file queues behind them.
+        if await !queue.records(under: stream.location).filter({ $0.location == stream.location }).isEmpty {
+            state.withLock { s in
+                if s.inodes[ino]?.local?.stream === stream { stopStream(&s.inodes[ino]!.local!) }
+            }
+            return false
+        }
         let record = await stream.finish(size: size, request: request, timeout: timeout)
         return state.withLock { s -> Bool in
             guard var e = s.inodes[ino], var local = e.local, local.stream === stream else { return false }
