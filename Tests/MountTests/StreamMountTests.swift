@@ -1,3 +1,4 @@
+import CStowSystem
 import Foundation
 import Testing
 
@@ -75,6 +76,69 @@ struct StreamMountTests {
             try m.stowfs(["sync", m.mountpoint])
             #expect(try await m.storedBytes("outage.bin") == half + half)
         }
+    }
+
+    @Test("attributes changed while a file streams (chmod, an xattr) arrive with its complete; a rename before close sends it under the new name only")
+    func attributesAndRename() async throws {
+        try await withMount { m in
+            let bytes = [UInt8]((0..<Self.size).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 5) })
+            // The writer is `dd` (no child processes: a child's close of an inherited descriptor
+            // would be a close of the file), fed through a pipe; the changes come from here meanwhile.
+            let path = m.mountpoint + "/tagged.bin"
+            try await Self.writeWithDD(path, bytes) {
+                #expect(chmod(path, 0o600) == 0)
+                #expect(Array("blue".utf8).withUnsafeBytes { CStowSystem.setxattr(path, "user.color", $0.baseAddress, $0.count, 0) } == 0)
+            }
+            // No sync: the complete carried them.
+            try await m.withClient { c in
+                let r = try await c.record(m.namespace, try .init("tagged.bin"))
+                #expect(r.size == Int64(Self.size))
+                #expect(r.mode.map { $0 & 0o7777 } == 0o600)
+                #expect(r.metadata["color"] == "blue")
+            }
+            // Renamed while it is written: the stream stops, the file goes the usual way, under its new name.
+            let first = m.mountpoint + "/first.bin"
+            try await Self.writeWithDD(first, bytes) {
+                #expect(rename(first, m.mountpoint + "/second.bin") == 0)
+            }
+            try m.stowfs(["sync", m.mountpoint])
+            #expect(try await m.storedBytes("second.bin") == bytes)
+            await #expect(throws: (any Error).self) { _ = try await m.storedSHA256("first.bin") }
+        }
+    }
+
+    @Test("a child process closing its inherited descriptor is a close: the server gets the file as it is then, and the rest goes the usual way")
+    func inheritedDescriptor() async throws {
+        try await withMount { m in
+            try m.sh("head -c \(Self.size) /dev/urandom > log.src")
+            // Two children write through the shell's descriptor; the first one's exit closes its copy.
+            try m.sh("exec 3>\(m.mountpoint)/log.bin; dd if=log.src bs=1M count=24 >&3 2>/dev/null; dd if=log.src bs=1M skip=24 >&3 2>/dev/null; exec 3>&-")
+            try m.stowfs(["sync", m.mountpoint])
+            try m.sh("cmp log.src \(m.mountpoint)/log.bin")
+            #expect(try await m.storedSHA256("log.bin") == (try m.sh("sha256sum log.src | cut -d' ' -f1")))
+            // The stream completed at the first child's exit (24 MiB); the rest went through the queue.
+            let status = try m.stowfs(["status", m.mountpoint])
+            #expect(status.contains("stored:  1 file(s)"), "\(status)")
+        }
+    }
+
+    /// `dd of=path`, fed `bytes` through a pipe: half, then (once the mount has it) `meanwhile`, then the rest.
+    static func writeWithDD(_ path: String, _ bytes: [UInt8], meanwhile: () throws -> Void) async throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/dd")
+        p.arguments = ["of=" + path, "bs=1M", "iflag=fullblock", "status=none"]
+        let pipe = Pipe()
+        p.standardInput = pipe
+        try p.run()
+        let half = bytes.count / 2
+        pipe.fileHandleForWriting.write(Data(bytes[..<half]))
+        var st = stat()
+        for _ in 0..<500 where !(stat(path, &st) == 0 && st.st_size >= half) { try await Task.sleep(for: .milliseconds(10)) }
+        try meanwhile()
+        pipe.fileHandleForWriting.write(Data(bytes[half...]))
+        try pipe.fileHandleForWriting.close()
+        p.waitUntilExit()
+        #expect(p.terminationStatus == 0)
     }
 
     static func writeAll(_ fd: Int32, _ bytes: ArraySlice<UInt8>) throws {

@@ -84,7 +84,7 @@ extension StowFileSystem {
             var e = try inode(s, ino)
             if write {
                 // A second writer may write anywhere: no stream.
-                if e.local != nil { stopStream(&e.local!) }
+                if e.local != nil { stopStream(&e.local!, "a second writer") }
                 if let newFile {
                     let writers = e.local?.writers ?? 0
                     e.local = LocalContent(file: newFile, size: 0, dirty: true, writers: writers, frozen: false, heldUpload: e.local?.heldUpload)
@@ -415,14 +415,15 @@ extension StowFileSystem {
             local.size = max(local.size, offset + Int64(count))
             local.changed()
             if !append {
-                stopStream(&local)
+                stopStream(&local, "a write at \(offset), not at the end")
             } else if let stream = local.stream {
                 stream.grew(to: local.size)
             } else if local.appendOnly, configuration.streamThreshold > 0, local.size >= configuration.streamThreshold, local.writers == 1,
-                e.upload == nil, e.olderUploads.isEmpty, local.heldUpload == nil, e.submitting == 0, !e.unlinked, streamSupport.works,
+                e.upload == nil, e.olderUploads.isEmpty, e.submitting == 0, !e.unlinked, streamSupport.works,
                 let location = try? self.location(s, ino), location.namespace != nil
             {
                 // Large, and written from empty by appends: it goes to the server as it grows.
+                logger.debug("streaming \(location) from \(local.size) bytes")
                 let (params, ct, tags) = uploadParams(e)
                 local.stream = ContentStream(
                     location: location, cacheFile: local.file.path,
@@ -461,7 +462,8 @@ extension StowFileSystem {
     }
 
     /// Stops the file's stream for good (it goes the usual way).
-    func stopStream(_ local: inout LocalContent) {
+    func stopStream(_ local: inout LocalContent, _ why: @autoclosure () -> String = "") {
+        if let stream = local.stream { logger.debug("stream of \(stream.location) stopped: \(why())") }
         local.stream?.abandon()
         local.stream = nil
         local.appendOnly = false
@@ -472,34 +474,39 @@ extension StowFileSystem {
     /// record needed); false when the file must go the usual way (the stream is gone then).
     func finishStream(_ ino: InodeNumber, handle: UInt64) async -> Bool {
         let timeout = configuration.streamFinishTimeout
-        let plan = state.withLock { s -> (ContentStream, Int64, UInt64, StartUploadRequest)? in
+        let plan = state.withLock { s -> (ContentStream, Int64, UInt64, StartUploadRequest, Int64?)? in
             guard let h = s.handles[handle], h.writable, var e = s.inodes[ino], var local = e.local, let stream = local.stream else { return nil }
             // Only the file exactly as it is closed, with nothing else owed for it, and only if the
             // rest reaches the server soon.
-            guard local.dirty, local.writers == 1, !e.unlinked, e.upload == nil, e.olderUploads.isEmpty, local.heldUpload == nil, e.submitting == 0,
+            guard local.dirty, local.writers == 1, !e.unlinked, e.upload == nil, e.olderUploads.isEmpty, e.submitting == 0,
                 let location = try? self.location(s, ino), location == stream.location,
                 stream.catchesUp(tail: local.size - stream.sent, within: timeout / 4)
             else {
-                stopStream(&local)
+                stopStream(&local, "not the file as closed, or its rest would take too long")
                 e.local = local
                 s.inodes[ino] = e
                 return nil
             }
             let (params, ct, tags) = uploadParams(e)
             let request = StartUploadRequest(fileName: location.path.string, contentType: ct, size: local.size, tags: tags, params: params, deferLength: true)
-            return (stream, local.size, local.changes, request)
+            return (stream, local.size, local.changes, request, local.heldUpload)
         }
-        guard let (stream, size, changes, request) = plan else { return false }
+        guard let (stream, size, changes, request, held) = plan else { return false }
         // Uploads of this path still queued (another file's, renamed here or replaced) land first:
         // a stream bypasses the queue's order, so then it is abandoned and the file queues behind them.
-        if await !queue.records(under: stream.location).filter({ $0.location == stream.location }).isEmpty {
+        if await !queue.records(under: stream.location).filter({ $0.location == stream.location && $0.id != held }).isEmpty {
             state.withLock { s in
-                if s.inodes[ino]?.local?.stream === stream { stopStream(&s.inodes[ino]!.local!) }
+                if s.inodes[ino]?.local?.stream === stream { stopStream(&s.inodes[ino]!.local!, "uploads of its path are queued") }
             }
             return false
         }
-        let record = await stream.finish(size: size, request: request, timeout: timeout)
-        return state.withLock { s -> Bool in
+        // A held record of this open file (an earlier close of another descriptor: `dd` closes one
+        // after dup2) stands for the stream's upload from just before its complete until it goes.
+        let queue = self.queue
+        let record = await stream.finish(size: size, request: request, timeout: timeout) { session in
+            if let held { try await queue.attachStream(held, session: session) }
+        }
+        let done = state.withLock { s -> Bool in
             guard var e = s.inodes[ino], var local = e.local, local.stream === stream else { return false }
             local.stream = nil
             local.appendOnly = false
@@ -516,9 +523,16 @@ extension StowFileSystem {
             guard local.changes == changes else { return false }
             local.dirty = false
             local.streamed = true
+            if let held, local.heldUpload == held {
+                local.heldUpload = nil
+                s.uploadOwner[held] = nil
+            }
             e.pageCacheETag = record.etag
             return true
         }
+        // The server has it: the held record is not needed any more.
+        if done, let held { _ = await queue.cancel(held) }
+        return done
     }
 
     /// flush without a task, on the caller's thread (FuseKit calls it on the FUSE thread, so that
@@ -624,7 +638,7 @@ extension StowFileSystem {
             guard var e = s.inodes[ino], var local = e.local, local.dirty, !e.unlinked else { return nil }
             if local.writers > 0 && onlyIfClosed { return nil }
             // Sent the usual way now: a stream must not complete after it.
-            stopStream(&local)
+            stopStream(&local, "sent the usual way")
             let location = try self.location(s, ino)
             let (params, ct, tags) = uploadParams(e)
             var snapshot = local.file

@@ -113,7 +113,7 @@ extension StowFileSystem {
             var e = try inode(s, ino)
             guard e.kind != .directory else { throw FSError.isADirectory }
             if e.local?.stream != nil {
-                stopStream(&e.local!)
+                stopStream(&e.local!, "unlinked")
                 s.inodes[ino] = e
             }
             // The name being removed (a hard-linked inode has others; its own path is only one of them).
@@ -220,7 +220,7 @@ extension StowFileSystem {
         let ns = srcLoc.namespace!
         // A stream is bound to its path: the renamed file (or the one replaced) goes the usual way.
         state.withLock { s in
-            for ino in [src] + (dst.map { [$0] } ?? []) where s.inodes[ino]?.local?.stream != nil { stopStream(&s.inodes[ino]!.local!) }
+            for ino in [src] + (dst.map { [$0] } ?? []) where s.inodes[ino]?.local?.stream != nil { stopStream(&s.inodes[ino]!.local!, "renamed") }
         }
         guard let srcEntry = state.withLock({ $0.inodes[src] }) else { throw FSError.notFound }
         let dstEntry = dst.flatMap { d in state.withLock { $0.inodes[d] } }
@@ -478,7 +478,9 @@ extension StowFileSystem {
             var e = try inode(s, ino)
             guard e.kind == .file else { throw e.kind == .directory ? FSError.isADirectory : FSError.invalidArgument }
             guard e.local != nil else { return true }
-            stopStream(&e.local!)
+            if size != e.local!.size { stopStream(&e.local!, "truncated") }
+            // Emptied (as `dd` does with ftruncate instead of O_TRUNC): written from empty again.
+            if size == 0 { e.local!.appendOnly = e.local!.writers <= 1 }
             try ensureWritable(&e)
             try e.local!.file.truncate(to: size)
             e.local!.size = size

@@ -21,8 +21,8 @@ final class ContentStream: Sendable {
         /// Bytes the server has.
         var sent: Int64 = 0
         var abandoned = false
-        /// Set by `finish`: the final size and declaration.
-        var final: (size: Int64, request: StartUploadRequest)?
+        /// Set by `finish`: the final size and declaration, and what to do just before complete.
+        var final: (size: Int64, request: StartUploadRequest, prepare: @Sendable (StartUploadResponse) async throws -> Void)?
     }
 
     let location: Location
@@ -83,10 +83,13 @@ final class ContentStream: Sendable {
 
     /// Sends what is left and completes with this size and declaration (the file as it was
     /// closed); nil when the stream failed or was abandoned (the caller then goes the usual way).
-    func finish(size: Int64, request: StartUploadRequest, timeout: Duration) async -> FileRecord? {
+    /// `prepare` runs with complete's body just before it is sent (a failure abandons the stream).
+    func finish(
+        size: Int64, request: StartUploadRequest, timeout: Duration, prepare: @escaping @Sendable (StartUploadResponse) async throws -> Void
+    ) async -> FileRecord? {
         state.withLock { s in
             s.written = size
-            s.final = (size, request)
+            s.final = (size, request, prepare)
         }
         wake.signal()
         guard let t = task.withLock({ $0 }) else { return nil }
@@ -124,6 +127,7 @@ final class ContentStream: Sendable {
                     complete.contentType = final.request.contentType ?? started.contentType
                     // Abandoned meanwhile: not completed (the file goes the usual way).
                     if state.withLock({ $0.abandoned }) { break }
+                    try await final.prepare(complete)
                     let record = try await store.completeUpload(complete)
                     logger.debug("streamed \(location) (\(final.size) bytes)")
                     return record

@@ -195,8 +195,19 @@ public final class UploadJournal: Sendable {
     public func updateHeld(_ id: Int64, size: Int64, params: UploadParams, content: Data?) throws {
         try db.write { db in
             try db.execute(
-                sql: "UPDATE uploads SET size = ?, params = ?, content = ? WHERE id = ? AND state = 'held'",
+                sql: "UPDATE uploads SET size = ?, params = ?, content = ?, session = NULL WHERE id = ? AND state = 'held'",
                 arguments: [size, Self.json(params), content, id])
+        }
+    }
+
+    /// A held record that a stream is about to complete: it now stands for that upload (its
+    /// session, sized, with the final declaration), so that a crash before the record goes
+    /// completes the same upload instead of sending an older content after it.
+    public func attachSession(_ id: Int64, session: StartUploadResponse) throws {
+        try db.write { db in
+            try db.execute(
+                sql: "UPDATE uploads SET size = ?, params = ?, session = ?, content = NULL WHERE id = ? AND state = 'held'",
+                arguments: [session.size, Self.json(session.params ?? UploadParams()), Self.json(session), id])
         }
     }
 

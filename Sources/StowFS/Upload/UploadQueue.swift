@@ -66,6 +66,7 @@ public actor UploadQueue {
                 guard var r = table[id], r.state == .held else { continue }
                 r.size = size
                 r.params = params
+                r.session = nil
                 table[id] = r
             }
         }
@@ -227,6 +228,17 @@ public actor UploadQueue {
         wake.signal()
         notifyWaiters()
         return newID
+    }
+
+    /// A held record whose file a stream is about to complete stands for that upload now (see
+    /// `UploadJournal.attachSession`); the caller cancels it once the complete succeeded.
+    public func attachStream(_ id: Int64, session: StartUploadResponse) throws {
+        guard var r = records[id], r.state == .held else { throw FSError.io("the journal lost record \(id)") }
+        try journal.attachSession(id, session: session)
+        r.session = session
+        r.size = session.size
+        r.params = session.params ?? r.params
+        records[id] = r
     }
 
     /// Changes to make with (or, if the upload already started, right after) the upload.
