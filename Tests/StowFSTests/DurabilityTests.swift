@@ -121,6 +121,44 @@ struct DurabilityTests {
         #expect(try await second.stored("open.bin") == "first and second")
     }
 
+    @Test("a crash while a streamed file's complete is on its way: the next mount completes that upload, never the file's older held content", .timeLimit(.minutes(1)))
+    func crashDuringStreamComplete() async throws {
+        let base = InMemoryObjectStore(namespaces: [ns])
+        let faulty = FaultInjectingObjectStore(wrapping: base)
+        let dir = FileManager.default.temporaryDirectory.path + "/stowfs-crash-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let bytes = (0..<(200 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 29 &+ 1) }
+        let first = try await Harness.make(store: faulty, cacheDirectory: dir) { c in
+            c.streamThreshold = 64 << 10
+            c.streamChunkSize = 16 << 10
+        }
+        let (entry, opened) = try first.fs.create(parent: .root, name: "big.bin", mode: 0o644, caller: .root)
+        // An early close of another descriptor (as `dd` does): a held record with the first 10 KiB.
+        _ = try first.fs.write(entry.ino, handle: opened.handle, offset: 0, bytes: Array(bytes[..<(10 << 10)]))
+        try await first.fs.flush(entry.ino, handle: opened.handle)
+        for start in stride(from: 10 << 10, to: bytes.count, by: 10 << 10) {
+            _ = try first.fs.write(entry.ino, handle: opened.handle, offset: Int64(start), bytes: Array(bytes[start..<min(bytes.count, start + (10 << 10))]))
+        }
+        // The last close: the stream's complete hangs on its way, and the machine stops meanwhile.
+        faulty.setLatency(.seconds(3600), for: .completeUpload)
+        let closing = Task { try? await first.fs.flush(entry.ino, handle: opened.handle) }
+        var attached = false
+        for _ in 0..<500 where !attached {
+            attached = await first.fs.status().queue.items.contains { $0.size == Int64(bytes.count) }
+            if !attached { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        #expect(attached, "the held record was rewritten to stand for the stream's upload")
+        await first.close(keepCache: true)
+        closing.cancel()
+        // The next mount: the record completes the streamed upload (its bytes are all on the server).
+        let second = try await Harness.make(store: base, cacheDirectory: dir)
+        defer { Task { await second.close() } }
+        await second.fs.sync()
+        #expect(try await second.storedBytes("big.bin") == bytes)
+        #expect(await second.fs.status().queue.files == 0)
+        #expect(faulty.calls(of: .send) > 0, "the file streamed")
+    }
+
     @Test("a large upload interrupted by a crash resumes from the server's offset, not from zero")
     func resumeFromOffset() async throws {
         let base = InMemoryObjectStore(namespaces: [ns])
