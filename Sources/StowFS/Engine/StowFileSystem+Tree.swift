@@ -109,20 +109,34 @@ extension StowFileSystem {
     }
 
     private func unlinkLocked(parent: InodeNumber, name: String, ino: InodeNumber) async throws(FSError) {
-        let (location, owed, isRemote, lastName) = try state.withLock { (s: inout State) throws(FSError) -> (Location, [Int64], Bool, Bool) in
+        let (location, owed, isRemote, lastName, remaining) = try state.withLock {
+            (s: inout State) throws(FSError) -> (Location, [Int64], Bool, Bool, Location?) in
             var e = try inode(s, ino)
             guard e.kind != .directory else { throw FSError.isADirectory }
             if e.local?.stream != nil {
                 stopStream(&e.local!, "unlinked")
                 s.inodes[ino] = e
             }
-            // The name being removed (a hard-linked inode has others; its own path is only one of them).
-            return (try child(try self.location(s, parent), name), e.owedUploads + (e.local?.heldUpload.map { [$0] } ?? []), e.remote != nil, e.attributes.nlink <= 1)
+            // The name being removed (a hard-linked inode has others; its own path is only one of them),
+            // and another name it keeps, if one is known here.
+            let removed = try child(try self.location(s, parent), name)
+            var other: Location?
+            for (dir, d) in s.inodes where other == nil {
+                guard let children = d.directory?.children else { continue }
+                for (n, c) in children where c == ino && !(dir == parent && n == name) {
+                    other = try? child(try self.location(s, dir), n)
+                    break
+                }
+            }
+            return (removed, e.owedUploads + (e.local?.heldUpload.map { [$0] } ?? []), e.remote != nil, e.attributes.nlink <= 1, other)
         }
         var stored = isRemote
         if lastName {
             // Its content will never be needed on the server: stop what is owed.
             for id in owed where await cancelUpload(id, ino: ino) != nil { stored = true }
+        } else if let remaining {
+            // Uploads owed under the name that goes land under one that stays (else they would bring it back).
+            for id in owed where await queue.record(id)?.location == location { _ = await queue.retarget(id, to: remaining) }
         }
         if stored, let ns = location.namespace {
             do {
