@@ -106,6 +106,9 @@ final class ContentStream: Sendable {
     private func run(_ request: StartUploadRequest) async -> FileRecord? {
         guard let ns = location.namespace else { return nil }
         var session: StartUploadResponse?
+        // Once a journal record stands for this upload (`prepare`), its session is left for the
+        // next mount to complete, or for the server to collect: never deleted from here.
+        var prepared = false
         do {
             let started = try await store.startUpload(ns, request)
             session = started
@@ -127,6 +130,7 @@ final class ContentStream: Sendable {
                     complete.contentType = final.request.contentType ?? started.contentType
                     // Abandoned meanwhile: not completed (the file goes the usual way).
                     if state.withLock({ $0.abandoned }) { break }
+                    prepared = true
                     try await final.prepare(complete)
                     let record = try await store.completeUpload(complete)
                     logger.debug("streamed \(location) (\(final.size) bytes)")
@@ -144,7 +148,7 @@ final class ContentStream: Sendable {
             logger.debug("stream of \(location) stopped: \(error)")
         }
         state.withLock { $0.abandoned = true }
-        if let session {
+        if let session, !prepared {
             let store = self.store
             Task { try? await store.abandonUpload(session) }
         }
