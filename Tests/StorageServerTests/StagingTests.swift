@@ -25,8 +25,10 @@ struct StagingTests {
     }
 
     /// Writes `bytes` in pieces of the given sizes (cycled) through a staged writer opened at `offset`.
-    static func write(_ store: LocalBlobStore, _ id: String, _ bytes: ArraySlice<UInt8>, at offset: Int64, pieces: [Int]) async throws -> Int64 {
-        var writer = try await store.openStaged(id, at: offset)
+    static func write(
+        _ store: LocalBlobStore, _ id: String, _ bytes: ArraySlice<UInt8>, at offset: Int64, pieces: [Int], expecting: Int64? = nil
+    ) async throws -> Int64 {
+        var writer = try await store.openStaged(id, at: offset, expecting: expecting)
         var i = bytes.startIndex
         var k = 0
         while i < bytes.endIndex {
@@ -78,7 +80,7 @@ struct StagingTests {
         }
     }
 
-    @Test("a large staged write leaves the page cache alone (where the filesystem allows O_DIRECT)")
+    @Test("a large staged write leaves the page cache alone (where the filesystem allows O_DIRECT); a small one goes the usual way")
     func aroundThePageCache() async throws {
         try await Self.withStore { store, root in
             let bytes = Self.randomBytes(32 << 20, seed: 4)
@@ -87,6 +89,9 @@ struct StagingTests {
             let resident = try Self.residentBytes(path)
             #expect(resident < 1 << 20, "\(resident) bytes of the 32 MiB staging file are in the page cache")
             #expect(FileManager.default.contents(atPath: path) == Data(bytes))
+            // A small write, announced as such, goes the usual way (its pages stay cached).
+            _ = try await Self.write(store, "e", bytes[..<(1 << 20)], at: 0, pieces: [1 << 20], expecting: 1 << 20)
+            #expect(try Self.residentBytes(root + "/uploads/e") == 1 << 20)
         }
     }
 

@@ -47,7 +47,7 @@ extension StowService {
                             let base = filename.split(whereSeparator: { $0 == "/" || $0 == "\\" }).last.map(String.init) ?? ""
                             try StoragePath.validate(segment: base)
                             let id = Self.newID()
-                            writer = try await blobs.openStaged(id, at: 0)
+                            writer = try await blobs.openStaged(id, at: 0, expecting: nil)
                             staged.append(StagedPart(id: id, filename: base, contentType: h["content-type"], size: 0))
                         }
                     case .data(let data):

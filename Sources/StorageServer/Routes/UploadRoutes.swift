@@ -246,7 +246,7 @@ extension StowService {
             var received = try await blobs.stagedSize(upload.id)
             let alreadyPublished = received == nil ? try await blobs.blobSize(upload.id) : nil
             if received == nil, alreadyPublished == nil, upload.size == 0 {
-                var w = try await blobs.openStaged(upload.id, at: 0)
+                var w = try await blobs.openStaged(upload.id, at: 0, expecting: 0)
                 received = try await w.finish()
             }
             let have = received ?? alreadyPublished ?? 0
@@ -360,7 +360,8 @@ extension StowService {
             if request.method == .patch, let declared = request.headers[.contentLength].flatMap({ Int64($0) }), offset + declared > limit {
                 throw APIError(.contentTooLarge, .payloadTooLarge, "this chunk would take the upload past its \(limit) bytes")
             }
-            var writer = try await blobs.openStaged(upload.id, at: offset)
+            let expected = request.headers[.contentLength].flatMap { Int64($0) } ?? (upload.isDeferred ? nil : upload.size - offset)
+            var writer = try await blobs.openStaged(upload.id, at: offset, expecting: expected)
             // The whole file's SHA-256 goes on from the last chunk, hashed on another thread in
             // batches of 1 MiB while the next bytes are written.
             let whole = activeUploads.runningDigest(upload.id, at: offset)

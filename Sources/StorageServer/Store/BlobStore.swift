@@ -10,10 +10,12 @@ public protocol BlobStore: Sendable {
     /// Bytes received so far for an upload; nil when nothing was ever written.
     func stagedSize(_ id: String) async throws -> Int64?
     /// Opens an upload's staging file for writing at `offset` (bytes past it are cut off).
+    /// `expecting`: how many bytes the caller means to write, nil when unknown (a store may pick
+    /// its way of writing by it).
     ///
     /// Write with `StagedWriter.write`, then `finish` (flush and fsync). When a body fails midway,
     /// call `finish` anyway: the bytes that did arrive are kept for a later resume.
-    func openStaged(_ id: String, at offset: Int64) async throws -> any StagedWriter
+    func openStaged(_ id: String, at offset: Int64, expecting: Int64?) async throws -> any StagedWriter
     /// Cuts an upload's staging file back to `size` bytes (a chunk that failed its checksum).
     func truncateStaged(_ id: String, to size: Int64) async throws
     /// Moves an upload's staging file to its blob path, durably. The staging file must have been

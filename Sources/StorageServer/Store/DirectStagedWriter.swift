@@ -21,6 +21,9 @@ final class DirectStagedWriter: StagedWriter {
         init(_ file: OpaquePointer) { self.file = file }
     }
 
+    /// Writes of fewer bytes go the usual way.
+    static let worthwhile: Int64 = 4 << 20
+
     private let handle: Handle
     private let path: String
     private var inFlight: Task<Void, any Error>?

@@ -33,9 +33,14 @@ public final class LocalBlobStore: BlobStore {
         try await fs.info(forFileAt: blobPath(id)).map { Int64($0.size) }
     }
 
-    public func openStaged(_ id: String, at offset: Int64) async throws -> any StagedWriter {
-        // Around the page cache where the filesystem and the offset allow it; the usual way otherwise.
-        if let direct = try await DirectStagedWriter.open(stagedPath(id).string, at: offset) { return direct }
+    public func openStaged(_ id: String, at offset: Int64, expecting: Int64?) async throws -> any StagedWriter {
+        // Large writes around the page cache, where the filesystem and the offset allow it (the
+        // writer's 16 MiB of buffers are not worth it for a few MiB); the usual way otherwise.
+        if expecting.map({ $0 >= DirectStagedWriter.worthwhile }) ?? true,
+            let direct = try await DirectStagedWriter.open(stagedPath(id).string, at: offset)
+        {
+            return direct
+        }
         let handle = try await mapErrors { try await fs.openFile(forWritingAt: stagedPath(id), options: .modifyFile(createIfNecessary: true)) }
         do {
             try await mapErrors { try await handle.resize(to: .bytes(offset)) }
