@@ -173,7 +173,10 @@ struct ModelTests {
             try m.mountFS()
             let (mine, theirs) = (Self.snapshot(m.mountpoint), Self.snapshot(model))
             #expect(mine == theirs, "seed \(seed), after the remount:\n\(Self.difference(mine, theirs))")
-            #expect(theirs.count > 10, "the sequence built a tree (\(theirs.count) entries)")
+            // The built-in seeds build trees of a few dozen entries; a seed of your choice may build a small one.
+            if ProcessInfo.processInfo.environment["STOWFS_MODEL_SEED"] == nil {
+                #expect(theirs.count > 10, "the sequence built a tree (\(theirs.count) entries)")
+            }
         }
     }
 
