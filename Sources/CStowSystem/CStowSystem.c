@@ -155,8 +155,9 @@ int CStowSystem_direct_write_rotated(CStowSystem_direct_file *f) {
 
 int CStowSystem_direct_finish(CStowSystem_direct_file *f) {
     size_t aligned = f->fill & ~(size_t)(DIRECT_ALIGN - 1);
-    int rc = 0;
-    if (aligned > 0) rc = write_all(f, f->buffer[f->active], aligned, f->start);
+    // A rotated buffer whose write never ran (the thread pool was gone) goes first: no hole.
+    int rc = CStowSystem_direct_write_rotated(f);
+    if (rc == 0 && aligned > 0) rc = write_all(f, f->buffer[f->active], aligned, f->start);
     if (rc == 0 && aligned < f->fill) {
         // The last partial block: O_DIRECT writes whole blocks only.
         if (f->direct && set_direct(f, 0) != 0) rc = -1;

@@ -37,8 +37,9 @@ void CStowSystem_direct_rotate(CStowSystem_direct_file *f);
 /// Writes the buffer `rotate` handed over. Blocking. 0, or -1 with errno.
 int CStowSystem_direct_write_rotated(CStowSystem_direct_file *f);
 
-/// Writes what is buffered (the last partial block through the page cache) and fsyncs. Blocking;
-/// only once the previous `write_rotated` returned. 0, or -1 with errno.
+/// Writes what is buffered (a rotated buffer not written yet, then the rest; the last partial
+/// block through the page cache) and fsyncs. Blocking; only once the previous `write_rotated`
+/// returned. 0, or -1 with errno (also for an earlier failed write).
 int CStowSystem_direct_finish(CStowSystem_direct_file *f);
 
 /// The offset the next byte goes to.

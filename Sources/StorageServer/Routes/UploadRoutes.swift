@@ -143,6 +143,17 @@ extension StowService {
         return upload
     }
 
+    /// Refuses a declaration's content type, tags or params that the server cannot keep.
+    func validateDeclaration(contentType: String?, tags: [String]?, params: UploadParams) throws {
+        try validate(contentType: contentType)
+        try validate(tags: tags)
+        try validate(metadata: params.metadata)
+        if let sha = params.sha256, sha.count != 64 || !sha.allSatisfy(\.isHexDigit) {
+            throw APIError.badRequest("`params.sha256` must be 64 hex digits")
+        }
+        if let inm = params.ifNoneMatch, inm != "*" { throw APIError.badRequest("`params.if_none_match` can only be \"*\"") }
+    }
+
     /// Validates an upload's declaration; nothing is recorded. `precheck`: also refuse now what
     /// publishing would refuse (an existing folder, `if_none_match`), before any byte is sent.
     /// `deferLength` (allowed where `allowDefer`): the size comes with complete.
@@ -159,13 +170,7 @@ extension StowService {
         guard size <= config.maxUploadSize else {
             throw APIError(.contentTooLarge, .payloadTooLarge, "`size` \(size) is larger than the \(config.maxUploadSize) bytes allowed")
         }
-        try validate(contentType: contentType)
-        try validate(tags: tags)
-        try validate(metadata: params.metadata)
-        if let sha = params.sha256, sha.count != 64 || !sha.allSatisfy(\.isHexDigit) {
-            throw APIError.badRequest("`params.sha256` must be 64 hex digits")
-        }
-        if let inm = params.ifNoneMatch, inm != "*" { throw APIError.badRequest("`params.if_none_match` can only be \"*\"") }
+        try validateDeclaration(contentType: contentType, tags: tags, params: params)
         // Refuse now what complete would refuse anyway, so that no bytes are sent in vain.
         if precheck {
             do {
@@ -213,12 +218,8 @@ extension StowService {
             }
             upload.size = body.size
             // And its final declaration: the file's attributes changed while it was written.
-            if let params = body.params {
-                try validate(metadata: params.metadata)
-                upload.params = params
-            }
-            try validate(contentType: body.contentType)
-            try validate(tags: body.tags)
+            try validateDeclaration(contentType: body.contentType, tags: body.tags, params: body.params ?? upload.params)
+            upload.params = body.params ?? upload.params
             upload.contentType = body.contentType
             upload.tags = body.tags
         }

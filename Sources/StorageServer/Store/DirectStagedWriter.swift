@@ -40,7 +40,7 @@ final class DirectStagedWriter: StagedWriter {
         let opened: Handle? = try await NIOThreadPool.singleton.runIfActive {
             guard let file = CStowSystem_direct_open(path, offset) else {
                 if errno == EINVAL { return nil }
-                throw StagingFailure(call: "open", path: path, errno: errno)
+                throw Posix.Failure(call: "open", path: path, errno: errno)
             }
             return Handle(file)
         }
@@ -63,7 +63,7 @@ final class DirectStagedWriter: StagedWriter {
                 let path = self.path
                 inFlight = Task {
                     try await NIOThreadPool.singleton.runIfActive {
-                        if CStowSystem_direct_write_rotated(handle.file) != 0 { throw StagingFailure(call: "write", path: path, errno: errno) }
+                        if CStowSystem_direct_write_rotated(handle.file) != 0 { throw Posix.Failure(call: "write", path: path, errno: errno) }
                     }
                 }
             }
@@ -78,22 +78,16 @@ final class DirectStagedWriter: StagedWriter {
 
     func finish() async throws -> Int64 {
         defer { close() }
-        // A failed write in flight: finish still runs, and keeps what was written whole.
-        let earlier: (any Error)?
-        do {
-            try await waitForWrite()
-            earlier = nil
-        } catch {
-            earlier = error
-        }
+        // A write in flight that failed (or never ran) is finish's to report: the C writer keeps
+        // the error, writes a buffer still owed, and keeps only what was written whole.
+        _ = try? await waitForWrite()
         let handle = self.handle
         let path = self.path
         try await mapErrors {
             try await NIOThreadPool.singleton.runIfActive {
-                if CStowSystem_direct_finish(handle.file) != 0 { throw StagingFailure(call: "write", path: path, errno: errno) }
+                if CStowSystem_direct_finish(handle.file) != 0 { throw Posix.Failure(call: "write", path: path, errno: errno) }
             }
         }
-        if let earlier { try await mapErrors { throw earlier } }
         return offset
     }
 
@@ -118,12 +112,4 @@ final class DirectStagedWriter: StagedWriter {
             CStowSystem_direct_close(handle.file)
         }
     }
-}
-
-/// A failed system call on a staging file; a full disk becomes `BlobStoreError.noSpace`.
-struct StagingFailure: Error, CustomStringConvertible {
-    let call: String
-    let path: String
-    let errno: Int32
-    var description: String { "\(call)(\(path)): \(String(cString: strerror(errno)))" }
 }

@@ -164,7 +164,7 @@ func mapErrors<T>(_ body: () async throws -> T) async throws -> T {
             }
             if error.code == .resourceExhausted { throw BlobStoreError.noSpace }
             throw error
-        } catch let error as StagingFailure where error.errno == ENOSPC || error.errno == EDQUOT {
+        } catch let error as Posix.Failure where error.errno == ENOSPC || error.errno == EDQUOT {
             throw BlobStoreError.noSpace
         }
 }

@@ -67,6 +67,15 @@ extension StowFileSystem {
     }
 
     /// Takes a name out of a folder; the inode goes once nothing holds it.
+    /// A name of `ino` other than `name` in `parent`, in a folder listed here (the first found).
+    func otherName(_ s: State, of ino: InodeNumber, besides parent: InodeNumber, _ name: String) -> (parent: InodeNumber, name: String)? {
+        for (dir, d) in s.inodes {
+            guard let children = d.directory?.children else { continue }
+            for (n, c) in children where c == ino && !(dir == parent && n == name) { return (dir, n) }
+        }
+        return nil
+    }
+
     func removeName(_ s: inout State, parent: InodeNumber, name: String, ino: InodeNumber) {
         if s.inodes[parent]?.directory?.children[name] == ino { s.inodes[parent]?.directory?.children[name] = nil }
         s.inodes[parent]?.directory?.negative[name] = .now + configuration.negativeTTL
@@ -76,14 +85,10 @@ extension StowFileSystem {
             e.attributes.nlink -= 1
             e.attributes.ctime = .now
             e.validUntil = .now
-            if e.parent == parent && e.name == name {
+            if e.parent == parent && e.name == name, let other = otherName(s, of: ino, besides: parent, name) {
                 // Its own name went: another name it has (known in a listed folder) becomes its path.
-                if let other = s.inodes.first(where: { $0.value.directory?.children.values.contains(ino) == true }),
-                    let otherName = other.value.directory?.children.first(where: { $0.value == ino })?.key
-                {
-                    e.parent = other.key
-                    e.name = otherName
-                }
+                e.parent = other.parent
+                e.name = other.name
             }
             s.inodes[ino] = e
             return
@@ -119,16 +124,9 @@ extension StowFileSystem {
             }
             // The name being removed (a hard-linked inode has others; its own path is only one of them),
             // and another name it keeps, if one is known here.
-            let removed = try child(try self.location(s, parent), name)
-            var other: Location?
-            for (dir, d) in s.inodes where other == nil {
-                guard let children = d.directory?.children else { continue }
-                for (n, c) in children where c == ino && !(dir == parent && n == name) {
-                    other = try? child(try self.location(s, dir), n)
-                    break
-                }
-            }
-            return (removed, e.owedUploads + (e.local?.heldUpload.map { [$0] } ?? []), e.remote != nil, e.attributes.nlink <= 1, other)
+            // The same one `removeName` makes its path.
+            let other = otherName(s, of: ino, besides: parent, name).flatMap { o in try? child(try self.location(s, o.parent), o.name) }
+            return (try child(try self.location(s, parent), name), e.owedUploads + (e.local?.heldUpload.map { [$0] } ?? []), e.remote != nil, e.attributes.nlink <= 1, other)
         }
         var stored = isRemote
         if lastName {

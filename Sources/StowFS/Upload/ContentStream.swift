@@ -59,11 +59,8 @@ final class ContentStream: Sendable {
     /// (a close waits that long at most, or the file goes the usual way).
     func catchesUp(tail: Int64, within limit: Duration) -> Bool {
         if tail <= 4 * chunk { return true }
-        let elapsed = ContinuousClock.now - began
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        let pace = Double(sent) / max(seconds, 0.001)
-        let limitSeconds = Double(limit.components.seconds)
-        return pace > 0 && Double(tail) / pace <= limitSeconds
+        let pace = Double(sent) / max((ContinuousClock.now - began) / .seconds(1), 0.001)
+        return pace > 0 && Double(tail) / pace <= limit / .seconds(1)
     }
 
     /// The local copy grew (by appends) to `size` bytes.
