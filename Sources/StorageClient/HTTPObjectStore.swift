@@ -232,7 +232,7 @@ public final class HTTPObjectStore: ObjectStore {
     public func uploadedBytes(_ session: StartUploadResponse) async throws -> Int64 {
         let answer = try await execute(makeRequest(.HEAD, link(session.upload.url), headers: [(Tus.resumable, Tus.version)], authorized: false))
         try expect(answer, [200])
-        guard let offset = answer.headers.first(name: Tus.uploadOffset).flatMap({ Int64($0) }) else {
+        guard let offset = HTTPNumber.nonNegative(answer.headers.first(name: Tus.uploadOffset)) else {
             throw StorageError(.protocolViolation, "the storage link's HEAD has no Upload-Offset")
         }
         return offset
@@ -266,7 +266,7 @@ public final class HTTPObjectStore: ObjectStore {
             }
         }
         guard answer.status == 200 || answer.status == 204 else { throw error(for: answer) }
-        guard let newOffset = answer.headers.first(name: Tus.uploadOffset).flatMap({ Int64($0) }) else {
+        guard let newOffset = HTTPNumber.nonNegative(answer.headers.first(name: Tus.uploadOffset)) else {
             throw StorageError(.protocolViolation, "the storage link's answer has no Upload-Offset")
         }
         return newOffset
@@ -429,7 +429,7 @@ public final class HTTPObjectStore: ObjectStore {
         let etag = answer.headers.first(name: "ETag").map { $0.trimmingCharacters(in: CharacterSet(charactersIn: "\"")) }
         var total: Int64?
         if let cr = answer.headers.first(name: "Content-Range"), let slash = cr.lastIndex(of: "/") {
-            total = Int64(cr[cr.index(after: slash)...])
+            total = HTTPNumber.nonNegative(cr[cr.index(after: slash)...])
         } else if answer.status == 200 {
             total = Int64(answer.body.readableBytes)
         }
@@ -532,7 +532,7 @@ public final class HTTPObjectStore: ObjectStore {
             let body = try await response.body.collect(upTo: 1 << 20)
             throw StorageError.from(status: Int(response.status.code), body: decodeError(body))
         }
-        let total = response.headers.first(name: "Content-Length").flatMap { Int64($0) } ?? -1
+        let total = HTTPNumber.nonNegative(response.headers.first(name: "Content-Length")) ?? -1
         var written: Int64 = 0
         do {
             try await FileSystem.shared.withFileHandle(forWritingAt: FilePath(path), options: .newFile(replaceExisting: true)) { handle in

@@ -32,6 +32,18 @@ public struct ServerConfiguration: Sendable {
     public var maxSignedURLExpiry: Int = 7 * 24 * 3600
     /// Hosts that `uploads/copy` may fetch from (`host` or `host:port`). Empty: copy is refused.
     public var copyAllowedHosts: [String] = []
+    /// Who may read `/metrics`: anyone who reaches the port (the default), only an admin token, or nobody.
+    public var metricsAccess: MetricsAccess = .open
+
+    /// Who may read `/metrics`.
+    public enum MetricsAccess: String, Sendable, CaseIterable {
+        /// Anyone who reaches the port (a scraper on the same host or network).
+        case open
+        /// A request with a token that is admin on every namespace (`Authorization: Bearer`).
+        case admin
+        /// Nobody: the route answers 404.
+        case off
+    }
 
     public init(dataDirectory: String, tokens: TokenStore) {
         self.dataDirectory = dataDirectory

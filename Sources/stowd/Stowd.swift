@@ -45,6 +45,9 @@ struct Stowd: AsyncParsableCommand {
     @Option(help: "A host that uploads/copy may fetch from (repeatable; none by default).")
     var copyAllowHost: [String] = []
 
+    @Option(help: "Who may read /metrics: open (anyone who reaches the port), admin (an admin token), or off.")
+    var metricsAccess: String = "open"
+
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: String = "info"
 
@@ -57,6 +60,9 @@ struct Stowd: AsyncParsableCommand {
     func validate() throws {
         guard (0...65535).contains(port) else { throw ValidationError("--port must be between 0 and 65535") }
         guard ByteSize.parse(maxUploadSize) != nil else { throw ValidationError("--max-upload-size: `\(maxUploadSize)` is not a size (try 5G)") }
+        guard ServerConfiguration.MetricsAccess(rawValue: metricsAccess) != nil else {
+            throw ValidationError("--metrics-access: `\(metricsAccess)` is not one of open, admin, off")
+        }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level: `\(logLevel)` is not a level") }
         guard uploadLinkLifetime > 0, gcInterval > 0 else { throw ValidationError("--upload-link-lifetime and --gc-interval must be positive") }
     }
@@ -78,6 +84,7 @@ struct Stowd: AsyncParsableCommand {
         config.uploadLinkLifetime = uploadLinkLifetime
         config.gcInterval = .seconds(gcInterval)
         config.copyAllowedHosts = copyAllowHost
+        config.metricsAccess = ServerConfiguration.MetricsAccess(rawValue: metricsAccess) ?? .open
         let server = try StowServer(configuration: config, logger: logger)
         logger.info("data in \(dataDir); \(source)")
         try await server.run { url in

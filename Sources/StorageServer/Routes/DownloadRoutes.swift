@@ -21,7 +21,7 @@ extension StowService {
         if signature != nil || q[Substring(Routes.expiresParameter)] != nil {
             try signer.verify(
                 signature, scope: .read, resource: URLSigner.readResource(ns, path),
-                expires: q[Substring(Routes.expiresParameter)].flatMap { Int64($0) }, now: Timestamp.nowSeconds())
+                expires: HTTPNumber.nonNegative(q[Substring(Routes.expiresParameter)]), now: Timestamp.nowSeconds())
             authorized = true
         } else if bearerToken(request) != nil {
             try authorize(request, ns.name, .read)
@@ -85,21 +85,23 @@ extension StowService {
         case unsatisfiable
     }
 
-    /// One `bytes=` range; anything else (several ranges, bad syntax) is served whole, as RFC 9110 allows.
+    /// One `bytes=` range; anything else (several ranges, bad syntax, a number past `Int64.max`)
+    /// is served whole, as RFC 9110 allows. No arithmetic here can overflow: every bound is
+    /// compared with `size` before one is added to it.
     static func parseRange(_ header: String?, size: Int64) -> RangeRequest {
         guard let header, header.hasPrefix("bytes="), !header.contains(",") else { return .full }
         let spec = header.dropFirst("bytes=".count).trimmingCharacters(in: .whitespaces)
         let parts = spec.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
         guard parts.count == 2 else { return .full }
         if parts[0].isEmpty {
-            guard let n = Int64(parts[1]) else { return .full }
+            guard let n = HTTPNumber.nonNegative(parts[1]) else { return .full }
             guard n > 0 else { return .unsatisfiable }
-            return size == 0 ? .unsatisfiable : .partial(max(0, size - n)..<size)
+            return size == 0 ? .unsatisfiable : .partial((n >= size ? 0 : size - n)..<size)
         }
-        guard let start = Int64(parts[0]), start >= 0 else { return .full }
+        guard let start = HTTPNumber.nonNegative(parts[0]) else { return .full }
         if start >= size { return .unsatisfiable }
         if parts[1].isEmpty { return .partial(start..<size) }
-        guard let end = Int64(parts[1]), end >= start else { return .full }
-        return .partial(start..<min(end + 1, size))
+        guard let end = HTTPNumber.nonNegative(parts[1]), end >= start else { return .full }
+        return .partial(start..<(end >= size ? size : end + 1))
     }
 }

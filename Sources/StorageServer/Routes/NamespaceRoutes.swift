@@ -38,7 +38,12 @@ extension StowService {
             _ = try await self.store.statistics()
             return self.json(["status": "ok"])
         }
-        router.get(RouterPath(Routes.metrics)) { _, _ in
+        router.get(RouterPath(Routes.metrics)) { req, _ in
+            switch self.config.metricsAccess {
+            case .open: break
+            case .admin: try self.authorize(req, "*", .admin)
+            case .off: throw APIError.notFound("no such route")
+            }
             let stats = try? await self.store.statistics()
             var text = self.metrics.text
             if let stats {

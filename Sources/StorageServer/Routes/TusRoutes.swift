@@ -22,8 +22,8 @@ extension StowService {
 
     func tusCreate(_ request: Request) async throws -> Response {
         try checkTusVersion(request)
-        guard let length = request.headers[HTTPField.Name(Tus.uploadLength)!].flatMap({ Int64($0) }) else {
-            throw APIError.badRequest("`Upload-Length` is required (deferred length is not supported)")
+        guard let length = HTTPNumber.nonNegative(request.headers[HTTPField.Name(Tus.uploadLength)!]) else {
+            throw APIError.badRequest("`Upload-Length` must be a whole number of bytes (deferred length is not supported here)")
         }
         let meta = try Self.parseTusMetadata(request.headers[HTTPField.Name(Tus.uploadMetadata)!] ?? "")
         guard let nsName = meta["namespace"] ?? meta["ns"] else { throw APIError.badRequest("Upload-Metadata needs `namespace`") }

@@ -56,7 +56,7 @@ extension StowService {
         } catch let e as DecodingError {
             throw APIError.badRequest("malformed JSON in `\(Routes.directUploadHeader)`: \(APIError.describe(e))")
         }
-        if let declared = request.headers[.contentLength].flatMap({ Int64($0) }), declared != body.size {
+        if let declared = HTTPNumber.nonNegative(request.headers[.contentLength]), declared != body.size {
             throw APIError(.badRequest, .sizeMismatch, "Content-Length is \(declared) but the declaration says size \(body.size)")
         }
         let declared = try await declareUpload(
@@ -284,7 +284,7 @@ extension StowService {
         let q = request.uri.queryParameters
         try signer.verify(
             q[Substring(Routes.signatureParameter)].map(String.init), scope: .upload, resource: URLSigner.uploadResource(id),
-            expires: q[Substring(Routes.expiresParameter)].flatMap { Int64($0) }, now: Timestamp.nowSeconds())
+            expires: HTTPNumber.nonNegative(q[Substring(Routes.expiresParameter)]), now: Timestamp.nowSeconds())
         guard let upload = try await store.upload(id: id) else { throw APIError.notFound("no such upload (it may have expired)") }
         return try await uploadResource(request, upload, base: baseURL(request))
     }
@@ -315,7 +315,7 @@ extension StowService {
             return Response(status: .noContent, headers: headers)
         case .put:
             guard upload.state == .open else { throw APIError.conflict(.conflict, "this upload has completed already") }
-            if !upload.isDeferred, let declared = request.headers[.contentLength].flatMap({ Int64($0) }), declared != upload.size {
+            if !upload.isDeferred, let declared = HTTPNumber.nonNegative(request.headers[.contentLength]), declared != upload.size {
                 throw APIError(.badRequest, .sizeMismatch, "Content-Length is \(declared) but the upload was started with size \(upload.size)")
             }
             let end = try await receive(request, into: upload, at: 0, checksum: nil)
@@ -332,7 +332,7 @@ extension StowService {
             guard request.headers[.contentType]?.lowercased().hasPrefix(Tus.offsetContentType) == true else {
                 throw APIError(.unsupportedMediaType, .unsupportedMediaType, "PATCH needs `Content-Type: \(Tus.offsetContentType)`")
             }
-            guard let offset = request.headers[offsetName].flatMap({ Int64($0) }), offset >= 0 else {
+            guard let offset = HTTPNumber.nonNegative(request.headers[offsetName]) else {
                 throw APIError.badRequest("PATCH needs an `Upload-Offset` header")
             }
             let checksum = try request.headers[HTTPField.Name(Tus.uploadChecksum)!].map(ChunkChecksum.init(header:))
@@ -358,10 +358,11 @@ extension StowService {
                 throw APIError(.conflict, .offsetMismatch, "Upload-Offset is \(offset) but the server has \(current) bytes; resume from \(current)")
             }
             let limit = upload.limit(config.maxUploadSize)
-            if request.method == .patch, let declared = request.headers[.contentLength].flatMap({ Int64($0) }), offset + declared > limit {
+            if request.method == .patch, let declared = HTTPNumber.nonNegative(request.headers[.contentLength]),
+                HTTPNumber.sum(offset, declared).map({ $0 > limit }) ?? true {
                 throw APIError(.contentTooLarge, .payloadTooLarge, "this chunk would take the upload past its \(limit) bytes")
             }
-            let expected = request.headers[.contentLength].flatMap { Int64($0) } ?? (upload.isDeferred ? nil : upload.size - offset)
+            let expected = HTTPNumber.nonNegative(request.headers[.contentLength]) ?? (upload.isDeferred || offset > upload.size ? nil : upload.size - offset)
             var writer = try await blobs.openStaged(upload.id, at: offset, expecting: expected)
             // The whole file's SHA-256 goes on from the last chunk, hashed on another thread in
             // batches of 1 MiB while the next bytes are written.

@@ -12,12 +12,16 @@ public struct APIError: Error, HTTPResponseError, Sendable, CustomStringConverti
     public var code: ErrorCode
     public var message: String
     public var headers: HTTPFields
+    /// What the server's log says and the client is not told (an internal error's own text may
+    /// name files and folders of the server).
+    public var detail: String?
 
-    public init(_ status: HTTPResponse.Status, _ code: ErrorCode, _ message: String, headers: HTTPFields = [:]) {
+    public init(_ status: HTTPResponse.Status, _ code: ErrorCode, _ message: String, headers: HTTPFields = [:], detail: String? = nil) {
         self.status = status
         self.code = code
         self.message = message
         self.headers = headers
+        self.detail = detail
     }
 
     public var description: String { "\(status.code) \(code): \(message)" }
@@ -41,7 +45,7 @@ public struct APIError: Error, HTTPResponseError, Sendable, CustomStringConverti
     static let checksumStatus = HTTPResponse.Status(code: httpStatusChecksumMismatch, reasonPhrase: "Checksum Mismatch")
 
     /// The one table that turns the server's internal errors into answers.
-    static func from(_ error: any Error) -> APIError {
+    public static func from(_ error: any Error) -> APIError {
         switch error {
         case let e as APIError:
             return e
@@ -73,7 +77,11 @@ public struct APIError: Error, HTTPResponseError, Sendable, CustomStringConverti
         case let e as FileSystemError where e.code == .notFound:
             return APIError(.notFound, .notFound, "the content of this file is missing")
         default:
-            return APIError(.internalServerError, .internalError, "internal error: \(error)")
+            // The error's own text stays in the log: it can name the server's files and folders.
+            let reference = String(UInt32.random(in: 0...UInt32.max), radix: 16)
+            return APIError(
+                .internalServerError, .internalError, "internal error (reference \(reference) in the server's log)",
+                detail: "reference \(reference): \(error)")
         }
     }
 
@@ -125,7 +133,7 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             return try await next(request, context)
         } catch {
             let api = APIError.from(error)
-            if api.status.code >= 500 { context.logger.error("\(request.method) \(request.uri.path): \(api.message)") }
+            if api.status.code >= 500 { context.logger.error("\(request.method) \(request.uri.path): \(api.detail ?? api.message)") }
             return try api.response(from: request, context: context)
         }
     }

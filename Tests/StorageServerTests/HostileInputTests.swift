@@ -1,0 +1,92 @@
+import Foundation
+import StorageClient
+import StorageProtocol
+import StorageServer
+import Testing
+
+/// Numbers from the network that once ended the process (arithmetic overflow): each must be
+/// answered, and the server must go on answering. The systematic suite is `Tests/hostile`
+/// (Python, against the stowd executable) and schemathesis; these are the regressions in Swift.
+@Suite("hostile numbers do not crash stowd")
+struct HostileInputTests {
+    @Test("a Range ending at Int64.max on a public file")
+    func rangeToInt64Max() async throws {
+        try await withServer { s in
+            _ = try await s.admin.put(Array("public bytes".utf8), "pub.txt", options: UploadOptions(params: UploadParams(isPublic: true)))
+            let cdn = Routes.cdn(testNamespace, path("pub.txt"))
+            for (range, status, body) in [
+                ("bytes=0-9223372036854775807", 206, "public bytes"), ("bytes=7-9223372036854775807", 206, "bytes"),
+                ("bytes=9223372036854775807-", 416, nil), ("bytes=-9223372036854775807", 206, "public bytes"),
+                ("bytes=0-9223372036854775808", 200, "public bytes"), ("bytes=+1-2", 200, "public bytes"),
+            ] {
+                let answer = try await s.raw.send("GET", cdn, token: nil, headers: [("Range", range)])
+                #expect(answer.status == status, "\(range): \(answer.status)")
+                if let body { #expect(answer.text == body, "\(range)") }
+            }
+            #expect(try await s.raw.send("GET", Routes.health).status == 200)
+        }
+    }
+
+    @Test("a PATCH whose Content-Length is Int64.max after one byte arrived")
+    func patchLengthInt64Max() async throws {
+        try await withServer { s in
+            let session = try await s.admin.startUpload(testNamespace, StartUploadRequest(fileName: "big-claim", size: 2))
+            _ = try await s.admin.send(session, from: .bytes(.init(string: "a")), offset: 0, end: 1, progress: nil)
+            let link = URL(string: session.upload.url)!
+            let target = link.path + "?" + (link.query ?? "")
+            let request = Array("""
+                PATCH \(target) HTTP/1.1\r
+                Host: 127.0.0.1\r
+                Tus-Resumable: 1.0.0\r
+                Content-Type: application/offset+octet-stream\r
+                Upload-Offset: 1\r
+                Content-Length: 9223372036854775807\r
+                \r
+                b
+                """.utf8)
+            let answer = try RawSocket.exchange(s.url, request, closeAfterSending: true)
+            #expect(RawSocket.status(answer) == 413, "\(String(decoding: answer, as: UTF8.self))")
+            #expect(try await s.raw.send("GET", Routes.health).status == 200)
+            #expect(try await s.admin.uploadedBytes(session) == 1)
+        }
+    }
+
+    @Test("a tus creation with an Upload-Length past Int64.max or with a sign")
+    func tusLength() async throws {
+        try await withServer { s in
+            for length in ["9223372036854775808", "-1", "+5", "1e3", ""] {
+                let answer = try await s.raw.send(
+                    "POST", Routes.tusFiles,
+                    headers: [("Tus-Resumable", "1.0.0"), ("Upload-Length", length), ("Upload-Metadata", "namespace dGVzdA==,path YQ==")])
+                #expect(answer.status == 400, "Upload-Length \(length): \(answer.status) \(answer.text)")
+            }
+        }
+    }
+
+    @Test("an internal error does not tell the client the server's paths")
+    func internalErrorHidesPaths() throws {
+        struct Leaky: Error, CustomStringConvertible { var description: String { "cannot open /var/lib/stowd/secret/thing" } }
+        let api = APIError.from(Leaky())
+        #expect(api.status.code == 500)
+        #expect(!api.message.contains("/var/lib"), "\(api.message)")
+        #expect(api.detail?.contains("/var/lib/stowd/secret/thing") == true)
+    }
+
+    @Test("/metrics can require an admin token, or be off")
+    func metricsAccess() async throws {
+        try await withServer(configure: { $0.metricsAccess = .admin }) { s in
+            #expect(try await s.raw.send("GET", Routes.metrics, token: nil).status == 401)
+            #expect(try await s.raw.send("GET", Routes.metrics, token: TestServer.writerToken).status == 403)
+            let admin = try await s.raw.send("GET", Routes.metrics)
+            #expect(admin.status == 200 && admin.text.contains("stowd_"))
+        }
+        try await withServer(configure: { $0.metricsAccess = .off }) { s in
+            let answer = try await s.raw.send("GET", Routes.metrics)
+            #expect(answer.status == 404)
+        }
+        try await withServer { s in
+            let answer = try await s.raw.send("GET", Routes.metrics, token: nil)
+            #expect(answer.status == 200)
+        }
+    }
+}
