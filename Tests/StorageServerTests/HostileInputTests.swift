@@ -89,4 +89,21 @@ struct HostileInputTests {
             #expect(answer.status == 200)
         }
     }
+
+    @Test("a PUT racing the complete of its upload leaves no staging file behind")
+    func putRacingComplete() async throws {
+        try await withServer { s in
+            for round in 0..<40 {
+                let session = try await s.admin.startUpload(testNamespace, StartUploadRequest(fileName: "race\(round)", size: 1))
+                _ = try await s.admin.send(session, from: .bytes(.init(string: "a")), offset: 0, end: 1, progress: nil)
+                async let put = s.raw.send("PUT", session.upload.url, token: nil, body: Data("b".utf8))
+                async let complete = s.raw.json("POST", Routes.completeUpload(testNamespace), session)
+                let (p, c) = try await (put, complete)
+                #expect([200, 409].contains(p.status) && [200, 409].contains(c.status), "PUT \(p.status) \(p.text), complete \(c.status) \(c.text)")
+            }
+            // Each upload is either completed (its staging file moved into place) or still open with its bytes.
+            let open = try await s.raw.send("GET", Routes.browse(testNamespace) + "?limit=100").json(BrowseResponse.self).items.count
+            #expect(s.stagedFileCount() == 40 - open, "\(s.stagedFileCount()) staging files, \(open) files published")
+        }
+    }
 }

@@ -353,6 +353,12 @@ extension StowService {
     /// offset (409 otherwise). With a checksum, a chunk that does not match is cut off again (460).
     func receive(_ request: Request, into upload: UploadRecord, at offset: Int64, checksum: ChunkChecksum?) async throws -> Int64 {
         try await activeUploads.exclusively(upload.id) {
+            // Re-read under the lock: a complete (or DELETE) that ran between this request's first
+            // look and now has moved or removed the staging file, and writing would make a new one
+            // that nothing ever collects.
+            guard let fresh = try await store.upload(id: upload.id), fresh.state == .open else {
+                throw APIError.conflict(.conflict, "this upload has completed or was abandoned already")
+            }
             let current = try await blobs.stagedSize(upload.id) ?? 0
             if request.method == .patch && offset != current {
                 throw APIError(.conflict, .offsetMismatch, "Upload-Offset is \(offset) but the server has \(current) bytes; resume from \(current)")
