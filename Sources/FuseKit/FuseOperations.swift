@@ -10,8 +10,16 @@ private func adapter(_ req: fuse_req_t?) -> FuseAdapter {
     Unmanaged<FuseAdapter>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
 }
 
+/// A name (or symlink target) from the kernel, as UTF-8 exactly: never repaired, since a repaired
+/// name is another file's name. A name that is not valid UTF-8 answers the request `EILSEQ`
+/// (and gives nil): the server keeps names as UTF-8 (JSON, URLs), so it could not store it.
 @inline(__always)
-private func string(_ p: UnsafePointer<CChar>?) -> String { p.map { String(cString: $0) } ?? "" }
+private func utf8(_ p: UnsafePointer<CChar>?, _ req: fuse_req_t?) -> String? {
+    guard let p else { return "" }
+    if let s = String(validatingCString: p) { return s }
+    fuse_reply_err(req, EILSEQ)
+    return nil
+}
 
 /// The table of low-level operations: non-capturing trampolines into `FuseAdapter`.
 func makeOperations() -> fuse_lowlevel_ops {
@@ -29,7 +37,10 @@ func makeOperations() -> fuse_lowlevel_ops {
         conn.pointee.want = want
         if conn.pointee.max_readahead < 1 << 20 { conn.pointee.max_readahead = min(conn.pointee.max_readahead, 1 << 20) }
     }
-    ops.lookup = { req, parent, name in adapter(req).lookup(FuseRequest(req), parent: parent, name: string(name)) }
+    ops.lookup = { req, parent, name in
+        guard let name = utf8(name, req) else { return }
+        adapter(req).lookup(FuseRequest(req), parent: parent, name: name)
+    }
     ops.forget = { req, ino, n in
         adapter(req).forget(ino, count: n)
         fuse_reply_none(req)
@@ -47,20 +58,38 @@ func makeOperations() -> fuse_lowlevel_ops {
     }
     ops.readlink = { req, ino in adapter(req).readlink(FuseRequest(req), ino: ino) }
     ops.mknod = { req, parent, name, mode, rdev in
-        adapter(req).mknod(FuseRequest(req), parent: parent, name: string(name), mode: mode, rdev: UInt64(rdev))
+        guard let name = utf8(name, req) else { return }
+        adapter(req).mknod(FuseRequest(req), parent: parent, name: name, mode: mode, rdev: UInt64(rdev))
     }
-    ops.mkdir = { req, parent, name, mode in adapter(req).mkdir(FuseRequest(req), parent: parent, name: string(name), mode: mode) }
-    ops.unlink = { req, parent, name in adapter(req).unlink(FuseRequest(req), parent: parent, name: string(name)) }
-    ops.rmdir = { req, parent, name in adapter(req).rmdir(FuseRequest(req), parent: parent, name: string(name)) }
+    ops.mkdir = { req, parent, name, mode in
+        guard let name = utf8(name, req) else { return }
+        adapter(req).mkdir(FuseRequest(req), parent: parent, name: name, mode: mode)
+    }
+    ops.unlink = { req, parent, name in
+        guard let name = utf8(name, req) else { return }
+        adapter(req).unlink(FuseRequest(req), parent: parent, name: name)
+    }
+    ops.rmdir = { req, parent, name in
+        guard let name = utf8(name, req) else { return }
+        adapter(req).rmdir(FuseRequest(req), parent: parent, name: name)
+    }
     ops.symlink = { req, target, parent, name in
-        adapter(req).symlink(FuseRequest(req), target: string(target), parent: parent, name: string(name))
+        guard let target = utf8(target, req) else { return }
+        guard let name = utf8(name, req) else { return }
+        adapter(req).symlink(FuseRequest(req), target: target, parent: parent, name: name)
     }
     ops.rename = { req, parent, name, newParent, newName, flags in
-        adapter(req).rename(FuseRequest(req), parent: parent, name: string(name), newParent: newParent, newName: string(newName), flags: flags)
+        guard let name = utf8(name, req) else { return }
+        guard let newName = utf8(newName, req) else { return }
+        adapter(req).rename(FuseRequest(req), parent: parent, name: name, newParent: newParent, newName: newName, flags: flags)
     }
-    ops.link = { req, ino, newParent, newName in adapter(req).link(FuseRequest(req), ino: ino, newParent: newParent, newName: string(newName)) }
+    ops.link = { req, ino, newParent, newName in
+        guard let newName = utf8(newName, req) else { return }
+        adapter(req).link(FuseRequest(req), ino: ino, newParent: newParent, newName: newName)
+    }
     ops.create = { req, parent, name, mode, fi in
-        adapter(req).create(FuseRequest(req), parent: parent, name: string(name), mode: mode, fileInfo: FileInfoBox(fi))
+        guard let name = utf8(name, req) else { return }
+        adapter(req).create(FuseRequest(req), parent: parent, name: name, mode: mode, fileInfo: FileInfoBox(fi))
     }
     ops.open = { req, ino, fi in adapter(req).open(FuseRequest(req), ino: ino, flags: fi?.pointee.flags ?? 0, fileInfo: FileInfoBox(fi)) }
     ops.read = { req, ino, size, off, fi in adapter(req).read(FuseRequest(req), ino: ino, size: size, offset: Int64(off), handle: fi?.pointee.fh ?? 0) }
@@ -82,10 +111,17 @@ func makeOperations() -> fuse_lowlevel_ops {
     ops.statfs = { req, _ in adapter(req).statfs(FuseRequest(req)) }
     ops.setxattr = { req, ino, name, value, size, flags in
         let bytes = value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
-        adapter(req).setxattr(FuseRequest(req), ino: ino, name: string(name), value: bytes, flags: flags)
+        guard let name = utf8(name, req) else { return }
+        adapter(req).setxattr(FuseRequest(req), ino: ino, name: name, value: bytes, flags: flags)
     }
-    ops.getxattr = { req, ino, name, size in adapter(req).getxattr(FuseRequest(req), ino: ino, name: string(name), size: size) }
+    ops.getxattr = { req, ino, name, size in
+        guard let name = utf8(name, req) else { return }
+        adapter(req).getxattr(FuseRequest(req), ino: ino, name: name, size: size)
+    }
     ops.listxattr = { req, ino, size in adapter(req).listxattr(FuseRequest(req), ino: ino, size: size) }
-    ops.removexattr = { req, ino, name in adapter(req).removexattr(FuseRequest(req), ino: ino, name: string(name)) }
+    ops.removexattr = { req, ino, name in
+        guard let name = utf8(name, req) else { return }
+        adapter(req).removexattr(FuseRequest(req), ino: ino, name: name)
+    }
     return ops
 }

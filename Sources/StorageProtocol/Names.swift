@@ -140,10 +140,20 @@ public struct StoragePath: Hashable, Sendable, CustomStringConvertible, Comparab
 
     /// Whether `self` is `other` or lies inside it.
     public func isWithin(_ other: StoragePath) -> Bool {
-        segments.count >= other.segments.count && Array(segments.prefix(other.segments.count)) == other.segments
+        segments.count >= other.segments.count && zip(segments, other.segments).allSatisfy { $0.isSameName($1) }
     }
 
-    public static func < (lhs: StoragePath, rhs: StoragePath) -> Bool { lhs.string < rhs.string }
+    /// Paths are equal, hashed and ordered by their bytes (see `FileName`): `café` in NFC and in NFD are two paths.
+    public static func == (lhs: StoragePath, rhs: StoragePath) -> Bool {
+        lhs.segments.count == rhs.segments.count && zip(lhs.segments, rhs.segments).allSatisfy { $0.isSameName($1) }
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(segments.count)
+        for s in segments { hasher.combine(FileName(s)) }
+    }
+
+    public static func < (lhs: StoragePath, rhs: StoragePath) -> Bool { lhs.string.utf8.lexicographicallyPrecedes(rhs.string.utf8) }
 }
 
 extension StoragePath: Codable {

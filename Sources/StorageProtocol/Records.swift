@@ -221,13 +221,17 @@ public struct FilePatch: Codable, Sendable, Equatable {
     public var gid: UInt32?
     public var atimeNs: Int64?
     public var mtimeNs: Int64?
+    /// When the change was made, by the client's clock (the server keeps it as the ctime, never
+    /// later than its own clock; without it, the server's now). An upload landing later that
+    /// creates an entry in this folder compares its file's ctime with it: see `UploadParams.ctimeNs`.
+    public var ctimeNs: Int64?
     /// Truncates or extends (with zeros) the content to this size.
     public var size: Int64?
 
     public init(
         tags: [String]? = nil, metadata: [String: String]? = nil, metadataSet: [String: String]? = nil,
         metadataRemove: [String]? = nil, contentType: String? = nil, isPublic: Bool? = nil, mode: UInt32? = nil,
-        uid: UInt32? = nil, gid: UInt32? = nil, atimeNs: Int64? = nil, mtimeNs: Int64? = nil, size: Int64? = nil
+        uid: UInt32? = nil, gid: UInt32? = nil, atimeNs: Int64? = nil, mtimeNs: Int64? = nil, ctimeNs: Int64? = nil, size: Int64? = nil
     ) {
         self.tags = tags
         self.metadata = metadata
@@ -240,6 +244,7 @@ public struct FilePatch: Codable, Sendable, Equatable {
         self.gid = gid
         self.atimeNs = atimeNs
         self.mtimeNs = mtimeNs
+        self.ctimeNs = ctimeNs
         self.size = size
     }
 
@@ -253,6 +258,7 @@ public struct FilePatch: Codable, Sendable, Equatable {
         case isPublic = "public"
         case atimeNs = "atime_ns"
         case mtimeNs = "mtime_ns"
+        case ctimeNs = "ctime_ns"
     }
 }
 

@@ -144,24 +144,23 @@ final class StowService: Sendable {
 
     func validate(tags: [String]?) throws {
         guard let tags else { return }
-        guard tags.count <= 64 else { throw APIError.badRequest("at most 64 tags per file") }
-        for t in tags {
-            let n = t.utf8.count
-            guard n >= 1, n <= 128, !t.contains(","), !t.utf8.contains(where: { $0 < 0x20 }) else {
-                throw APIError.badRequest("tag `\(t)` is not valid: 1–128 bytes, no commas or control characters")
-            }
+        guard tags.count <= AttributeRules.maxTags else { throw APIError.badRequest("at most \(AttributeRules.maxTags) tags per file") }
+        for t in tags where !AttributeRules.isValidTag(t) {
+            throw APIError.badRequest("tag `\(t)` is not valid: 1–\(AttributeRules.maxTagBytes) bytes, no commas or control characters")
         }
     }
 
     func validate(metadata: [String: String]?) throws {
         guard let metadata else { return }
-        guard metadata.count <= 256 else { throw APIError.badRequest("at most 256 metadata keys per file") }
+        guard metadata.count <= AttributeRules.maxMetadataKeys else {
+            throw APIError.badRequest("at most \(AttributeRules.maxMetadataKeys) metadata keys per file")
+        }
         for (k, v) in metadata {
-            guard (1...200).contains(k.utf8.count), !k.utf8.contains(where: { $0 < 0x21 || $0 == 0x7f }) else {
-                throw APIError.badRequest("metadata key `\(k)` is not valid: 1–200 bytes, no spaces or control characters")
+            guard AttributeRules.isValidMetadataKey(k) else {
+                throw APIError.badRequest("metadata key `\(k)` is not valid: 1–\(AttributeRules.maxKeyBytes) bytes, no control characters")
             }
-            guard v.utf8.count <= 65536, !v.utf8.contains(0) else {
-                throw APIError.badRequest("metadata value of `\(k)` is not valid: at most 64 KiB, no NUL")
+            guard AttributeRules.isValidMetadataValue(v) else {
+                throw APIError.badRequest("metadata value of `\(k)` is not valid: at most \(AttributeRules.maxValueBytes) bytes, no NUL")
             }
         }
     }

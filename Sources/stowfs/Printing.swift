@@ -50,11 +50,27 @@ final class ProgressPrinter: Sendable {
         }
     }
 
-    func finish() {
+    /// Ends the progress line and says how the drain ended: everything stored, or which uploads
+    /// the server refused (on standard error; they stay queued).
+    func finish(failures: [UploadQueue.Failure] = [], kept: Bool = false) {
         let shown = state.withLock { $0.shown }
         if isTerminal && shown { FileHandle.standardOutput.write(Data("\n".utf8)) }
-        print("everything is stored")
+        guard !failures.isEmpty else {
+            print("everything is stored")
+            return
+        }
+        var text = "stowfs: the server refused \(failures.count) upload(s); they stay queued\(kept ? " for the next mount" : ""):\n"
+        for f in failures { text += "  \(f.path): \(f.reason)\n" }
+        text += "  `stowfs retry PATH` sends them again, `stowfs discard PATH` drops them (`stowfs status` lists them)\n"
+        FileHandle.standardError.write(Data(text.utf8))
     }
+}
+
+/// The failures a drain ended with.
+final class FailureBox: Sendable {
+    private let failures = Mutex<[UploadQueue.Failure]>([])
+    func set(_ f: [UploadQueue.Failure]) { failures.withLock { $0 = f } }
+    var value: [UploadQueue.Failure] { failures.withLock { $0 } }
 }
 
 final class StatusBox: Sendable {
@@ -84,6 +100,7 @@ enum StatusText {
             lines.append(l)
         }
         if q.items.count > 20 { lines.append("  … and \(q.items.count - 20) more") }
+        if q.failed > 0 { lines.append("  failed:  refused by the server; `stowfs retry PATH` sends again, `stowfs discard PATH` drops the change") }
         let log = MountRunner.logFile(mountpoint: mountpoint)
         if FileManager.default.fileExists(atPath: log) { lines.append("  log:     \(log)") }
         return lines.joined(separator: "\n")

@@ -19,7 +19,7 @@ struct StowFSCommand: AsyncParsableCommand {
             returns once they are safe in the local journal. `stowfs sync`, fsync(2) and unmount wait
             until the server has everything.
             """,
-        subcommands: [Mount.self, Unmount.self, Sync.self, Status.self, Config.self])
+        subcommands: [Mount.self, Unmount.self, Sync.self, Status.self, Retry.self, Discard.self, Config.self])
 }
 
 func bootstrapLogging(level: Logger.Level) {
@@ -152,22 +152,29 @@ enum Daemon {
 struct Unmount: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Store what is queued, then unmount (with progress).",
-        discussion: "With --leave-queued, unmount at once and keep the queue for the next mount of the same cache folder.")
+        discussion: """
+            With --no-wait (or --leave-queued), unmount at once and keep the queue for the next mount of
+            the same cache folder: for a server that is away. Uploads the server refused for good
+            (see `stowfs status`) do not keep the mount: they stay queued for the next mount, are
+            listed, and the exit status is 1.
+            """)
 
     @Argument(help: "The mountpoint.")
     var mountpoint: String
 
-    @Flag(help: "Do not wait for the queue; the next mount resumes it.")
+    @Flag(name: [.customLong("no-wait"), .customLong("leave-queued")], help: "Do not wait for the queue; the next mount resumes it.")
     var leaveQueued = false
 
     func run() async throws {
         let progress = ProgressPrinter()
+        let failures = FailureBox()
         do {
             try await ControlClient.send(ControlRequest(command: "unmount", leaveQueued: leaveQueued), mountpoint: mountpoint) { m in
                 if let p = m.progress { progress.show(p) }
                 if let e = m.error { fail(e) }
+                if let f = m.failures { failures.set(f) }
             }
-            progress.finish()
+            progress.finish(failures: failures.value, kept: true)
         } catch let e as ControlClient.Unreachable {
             guard Preflight.isMounted(mountpoint) else { fail("\(mountpoint) is not mounted") }
             // No daemon answers (it died): the kernel mount can still go.
@@ -187,27 +194,42 @@ struct Unmount: AsyncParsableCommand {
             guard (try? await ControlClient.send(ControlRequest(command: "status"), mountpoint: mountpoint) { _ in }) != nil else { break }
             usleep(100_000)
         }
-        print("unmounted \(mountpoint)")
+        if leaveQueued {
+            print("unmounted \(mountpoint); what was queued stays in the cache folder and goes at the next mount")
+        } else {
+            print("unmounted \(mountpoint)")
+        }
+        if !failures.value.isEmpty { throw ExitCode(1) }
     }
 }
 
 struct Sync: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Return once the server has everything written to the mount before now.")
+    static let configuration = CommandConfiguration(
+        abstract: "Return once the server has everything written to the mount before now.",
+        discussion: """
+            Uploads that failed before are tried once more. When the server refuses some for good
+            (a name or attribute it does not take, a token without write access, a full quota),
+            they are listed with the reason and the exit status is 1; they stay queued (`stowfs
+            retry`, `stowfs discard`).
+            """)
 
     @Argument(help: "The mountpoint.")
     var mountpoint: String
 
     func run() async throws {
         let progress = ProgressPrinter()
+        let failures = FailureBox()
         do {
             try await ControlClient.send(ControlRequest(command: "sync"), mountpoint: mountpoint) { m in
                 if let p = m.progress { progress.show(p) }
                 if let e = m.error { fail(e) }
+                if let f = m.failures { failures.set(f) }
             }
         } catch {
             fail("\(error)")
         }
-        progress.finish()
+        progress.finish(failures: failures.value, kept: false)
+        if !failures.value.isEmpty { throw ExitCode(1) }
     }
 }
 

@@ -21,6 +21,10 @@ final class MountedFS: @unchecked Sendable {
     private(set) var mount: Process?
     private(set) var endpoint = ""
     var port = 0
+    /// Extra arguments for stowd (a token file, say).
+    var serverArguments: [String] = []
+    /// The token the mount (and the stowfs commands) use.
+    var mountToken = MountedFS.token
 
     init() {
         root = FileManager.default.temporaryDirectory.path + "/stowfs-mount-\(UUID().uuidString.prefix(8))"
@@ -40,7 +44,7 @@ final class MountedFS: @unchecked Sendable {
         var env = ProcessInfo.processInfo.environment
         env["STOWD_TOKEN"] = Self.token
         let child = try StowdChild(
-            binary: Self.binDirectory + "/stowd", arguments: ["--data-dir", dataDirectory, "--port", String(port), "--log-level", "warning"],
+            binary: Self.binDirectory + "/stowd", arguments: ["--data-dir", dataDirectory, "--port", String(port), "--log-level", "warning"] + serverArguments,
             environment: env)
         endpoint = child.url
         port = child.port
@@ -58,7 +62,7 @@ final class MountedFS: @unchecked Sendable {
         p.executableURL = URL(fileURLWithPath: Self.binDirectory + "/stowfs")
         p.arguments = ["mount", "test", mountpoint, "--endpoint", endpoint, "--cache-dir", cacheDirectory, "--create", "--foreground", "--log-level", ProcessInfo.processInfo.environment["STOWFS_TEST_LOG_LEVEL"] ?? "warning"] + extra
         var env = ProcessInfo.processInfo.environment
-        env["STOWFS_TOKEN"] = Self.token
+        env["STOWFS_TOKEN"] = mountToken
         p.environment = env
         let log = FileHandle(forWritingAtPath: root + "/stowfs.log") ?? {
             _ = FileManager.default.createFile(atPath: root + "/stowfs.log", contents: nil)
@@ -134,7 +138,7 @@ final class MountedFS: @unchecked Sendable {
         p.arguments = args
         if let cwd { p.currentDirectoryURL = URL(fileURLWithPath: cwd, isDirectory: true) }
         var env = ProcessInfo.processInfo.environment
-        env["STOWFS_TOKEN"] = Self.token
+        env["STOWFS_TOKEN"] = mountToken
         env["LC_ALL"] = "C"
         p.environment = env
         let out = Pipe()

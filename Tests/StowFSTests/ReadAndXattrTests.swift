@@ -96,7 +96,8 @@ struct ReadAndXattrTests {
             #expect(r.metadata == ["camera": "fuji"])
             #expect(r.isPublic)
             let names = try await h.fs.listxattr(try await h.resolve("x.jpg"))
-            #expect(names.contains("user.tags") && names.contains("user.camera") && names.contains("user.stow.id") && names.contains("user.stow.url"))
+            // Only what was set is listed (cp -a copies what is listed); the virtual names are read by name.
+            #expect(names == ["user.tags", "user.camera"])
             #expect(try await h.xattr("x.jpg", "user.stow.id") == r.id)
             #expect(try await h.xattr("x.jpg", "user.stow.url").hasPrefix("memory://cdn/test/x.jpg"))
             try await h.fs.removexattr(try await h.resolve("x.jpg"), name: "user.camera")

@@ -415,7 +415,7 @@ public final class SQLiteMetadataStore: MetadataStore {
             if let gid = patch.gid { inode.gid = gid }
             if let a = patch.atimeNs { inode.atimeNs = a }
             if let m = patch.mtimeNs { inode.mtimeNs = m }
-            inode.ctimeNs = now
+            inode.ctimeNs = min(patch.ctimeNs ?? now, now)
             try db.executeCached(
                 sql: """
                     UPDATE inodes SET tags = ?, metadata = ?, content_type = ?, public = ?, mode = ?, uid = ?, gid = ?,
@@ -564,12 +564,22 @@ public final class SQLiteMetadataStore: MetadataStore {
             }
         } else {
             if let ifMatch = p.ifMatch, ifMatch != "*" { throw StoreError.preconditionFailed("`\(path)` does not exist (If-Match \(ifMatch))") }
-            ino = try Self.insertFile(db, upload, blob: blob, parent: parent, now: now)
+            ino = try Self.insertFile(db, upload, blob: blob, parent: parent, now: now, touchParent: try Self.entryChangesFolder(db, parent, p))
         }
         return Node(namespace: ns, path: path, inode: try Self.inode(db, ino))
     }
 
-    private static func insertFile(_ db: Database, _ u: UploadRecord, blob: BlobInfo, parent: Int64, now: Int64) throws -> Int64 {
+    /// Whether a new entry made by an upload changes its folder's times. Not when the folder's
+    /// attributes were set after the file last changed (its ctime, by the same client's clock):
+    /// the file was created before that, only its upload lands now — `rsync -a` sets a folder's
+    /// times after writing its files, and a mount sends the files later.
+    static func entryChangesFolder(_ db: Database, _ parent: Int64, _ p: UploadParams) throws -> Bool {
+        guard let fileChanged = p.ctimeNs else { return true }
+        let folderChanged = try Int64.fetchOne(try db.cachedStatement(sql: "SELECT ctime_ns FROM inodes WHERE ino = ?"), arguments: [parent]) ?? 0
+        return folderChanged <= fileChanged
+    }
+
+    private static func insertFile(_ db: Database, _ u: UploadRecord, blob: BlobInfo, parent: Int64, now: Int64, touchParent: Bool = true) throws -> Int64 {
         let p = u.params
         let ino = try insertInode(
             db, ns: u.namespace, kind: .file, attributes: NewNodeAttributes(mode: p.mode, uid: p.uid, gid: p.gid), nlink: 1, now: now)
@@ -585,7 +595,7 @@ public final class SQLiteMetadataStore: MetadataStore {
         inode.atimeNs = p.atimeNs ?? now
         inode.ctimeNs = min(p.ctimeNs ?? now, now)
         try updateContent(db, ino, inode)
-        try insertEntry(db, parent: parent, name: u.path.name, ino: ino, now: now)
+        try insertEntry(db, parent: parent, name: u.path.name, ino: ino, now: now, touchParent: touchParent)
         return ino
     }
 
@@ -737,9 +747,9 @@ extension SQLiteMetadataStore {
         return db.lastInsertedRowID
     }
 
-    static func insertEntry(_ db: Database, parent: Int64, name: String, ino: Int64, now: Int64) throws {
+    static func insertEntry(_ db: Database, parent: Int64, name: String, ino: Int64, now: Int64, touchParent: Bool = true) throws {
         try db.executeCached(sql: "INSERT INTO entries(parent, name, ino) VALUES (?, ?, ?)", arguments: [parent, name, ino])
-        try touchDirectories(db, [parent], now: now)
+        if touchParent { try touchDirectories(db, [parent], now: now) }
     }
 
     /// Removes one entry; drops the inode (and retires its blob) when no entry is left.

@@ -23,7 +23,7 @@ public final class ControlServer: Sendable {
 
     /// Listens until cancelled.
     public func run() async throws {
-        try FileManager.default.createDirectory(atPath: ControlSocket.directory(), withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try ControlSocket.prepareDirectory()
         let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true) { channel in
                 channel.eventLoop.makeCompletedFuture {
@@ -67,29 +67,46 @@ public final class ControlServer: Sendable {
                 case "status":
                     try await send(ControlMessage(status: await engine.status(), mountpoint: mountpoint))
                 case "sync":
-                    try await drain(send)
-                    try await send(ControlMessage(done: true))
+                    let failures = try await drain(send)
+                    try await send(ControlMessage(done: true, failures: failures.isEmpty ? nil : failures))
                 case "unmount":
-                    if request?.leaveQueued != true { try await drain(send) }
+                    // Refused uploads do not keep the mount: they stay in the journal for the next one.
+                    let failures = request?.leaveQueued == true ? [] : try await drain(send)
                     await unmount(request?.leaveQueued == true)
-                    try await send(ControlMessage(done: true))
+                    try await send(ControlMessage(done: true, failures: failures.isEmpty ? nil : failures))
+                case "retry":
+                    do {
+                        try await send(ControlMessage(done: true, count: try await engine.retryFailed(paths: request?.paths ?? [])))
+                    } catch {
+                        try await send(ControlMessage(error: "\(error)"))
+                    }
+                case "discard":
+                    do {
+                        guard let paths = request?.paths, !paths.isEmpty else { throw FSError.invalidArgument }
+                        try await send(ControlMessage(done: true, discarded: try await engine.discard(paths: paths)))
+                    } catch FSError.busy {
+                        try await send(ControlMessage(error: "the file is open for writing; close it first"))
+                    } catch {
+                        try await send(ControlMessage(error: "\(error)"))
+                    }
                 default:
-                    try await send(ControlMessage(error: "unknown command; use status, sync or unmount"))
+                    try await send(ControlMessage(error: "unknown command; use status, sync, unmount, retry or discard"))
                 }
                 return
             }
         }
     }
 
-    /// Waits for the queue to drain, sending progress about twice a second.
-    private func drain(_ send: @escaping @Sendable (ControlMessage) async throws -> Void) async throws {
+    /// Waits for the queue to drain, sending progress about twice a second; returns the refusals.
+    private func drain(_ send: @escaping @Sendable (ControlMessage) async throws -> Void) async throws -> [UploadQueue.Failure] {
         let progress = AsyncStream.makeStream(of: QueueStatus.self, bufferingPolicy: .bufferingNewest(1))
-        async let syncing: Void = {
-            await engine.sync { progress.continuation.yield($0) }
+        async let syncing: [UploadQueue.Failure] = {
+            let failures = await engine.sync { progress.continuation.yield($0) }
             progress.continuation.finish()
+            return failures
         }()
         for await p in progress.stream { try? await send(ControlMessage(progress: p)) }
-        await syncing
+        return await syncing
     }
 }
 
@@ -102,6 +119,8 @@ public enum ControlClient {
     /// Sends one request; calls `onMessage` for every answer line until `done`, an error, or the end.
     public static func send(_ request: ControlRequest, mountpoint: String, onMessage: @escaping @Sendable (ControlMessage) -> Void) async throws {
         let path = ControlSocket.path(for: mountpoint)
+        // A socket in a folder someone else controls is not the mount's: do not talk to it.
+        try ControlSocket.checkDirectory()
         let channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>
         do {
             channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)

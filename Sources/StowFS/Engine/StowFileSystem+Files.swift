@@ -341,8 +341,8 @@ extension StowFileSystem {
                 let children = s.inodes[parentIno]?.directory?.children
             else { return [] }
             return children.compactMap { name, ino -> StoragePath? in
-                guard name != location.path.name, let e = s.inodes[ino], e.kind == .file, e.remote != nil else { return nil }
-                let l = try? location.path.parent.appending(name)
+                guard !name.string.isSameName(location.path.name), let e = s.inodes[ino], e.kind == .file, e.remote != nil else { return nil }
+                let l = try? location.path.parent.appending(name.string)
                 return l.flatMap { urls.url(for: Location(namespace: ns, path: $0)) == nil ? $0 : nil }
             }.prefix(63).map { $0 }
         }
@@ -588,7 +588,9 @@ extension StowFileSystem {
             if h.writable { s.inodes[ino]?.local?.writers -= 1 }
             return h.writable
         }
-        if writable { await submit(ino, onlyIfClosed: true) }
+        // A failure is logged and leaves the content dirty with its held record: the next sync,
+        // fsync or mount sends it (close already made it durable).
+        if writable { _ = try? await submit(ino, onlyIfClosed: true) }
         dropStreamedCopy(ino)
         state.withLock { s in
             // An unlinked file that nobody holds any more is gone.
@@ -616,12 +618,17 @@ extension StowFileSystem {
     /// Hands the inode's changed content to the upload queue as an immutable snapshot.
     /// - Parameter onlyIfClosed: only when no writer holds it open (release); else a copy is made (fsync, sync).
     /// - Returns: the queued upload, if there was anything to send.
+    /// - Throws: `FSError.io` when the snapshot could not be made durable or recorded: the content
+    ///   stays as it was (dirty, its held record kept), for the next try.
     @discardableResult
-    func submit(_ ino: InodeNumber, onlyIfClosed: Bool) async -> Int64? {
-        await inodeLocks.withLock(ino) { await submitLocked(ino, onlyIfClosed: onlyIfClosed) }
+    func submit(_ ino: InodeNumber, onlyIfClosed: Bool) async throws(FSError) -> Int64? {
+        let result: Result<Int64?, FSError> = await inodeLocks.withLock(ino) {
+            do throws(FSError) { return .success(try await submitLocked(ino, onlyIfClosed: onlyIfClosed)) } catch { return .failure(error) }
+        }
+        return try result.get()
     }
 
-    private func submitLocked(_ ino: InodeNumber, onlyIfClosed: Bool) async -> Int64? {
+    private func submitLocked(_ ino: InodeNumber, onlyIfClosed: Bool) async throws(FSError) -> Int64? {
         // A held record (made by close's flush) whose content a later copy already carries — a sync
         // came between the flush and this release — is not needed any more.
         let redundant: Int64? = state.withLock { s in
@@ -665,7 +672,33 @@ extension StowFileSystem {
             return (snapshot, local.size, held, durable, location, params, ct, tags, superseded)
         }
         guard let (snapshot, size, held, durable, location, params, contentType, tags, superseded) = plan ?? nil else { return nil }
-        if !durable { try? snapshot.sync() }
+        /// Undoes the plan: the content is dirty again, with its held record and its owed upload.
+        func restore(_ why: String) -> FSError {
+            logger.error("cannot hand \(location) to the upload queue: \(why)")
+            state.withLock { s in
+                guard var e = s.inodes[ino] else { return }
+                e.submitting -= 1
+                if var local = e.local {
+                    local.dirty = true
+                    if local.heldUpload == nil, let held { local.heldUpload = held }
+                    e.local = local
+                }
+                if e.upload == nil, let last = superseded.last {
+                    e.olderUploads.remove(last)
+                    e.upload = last
+                }
+                s.inodes[ino] = e
+            }
+            if snapshot.path != state.withLock({ $0.inodes[ino]?.local?.file.path }) { Glibc.unlink(snapshot.path) }
+            return FSError.io(why)
+        }
+        if !durable {
+            do {
+                try snapshot.sync()
+            } catch {
+                throw restore("the local copy could not be made durable (fsync: \(error))")
+            }
+        }
         let id: Int64
         do {
             if let held {
@@ -675,12 +708,7 @@ extension StowFileSystem {
                 id = try await queue.enqueue(location: location, cacheFile: snapshot.path, size: size, params: params, contentType: contentType, tags: tags)
             }
         } catch {
-            logger.error("cannot record the upload of \(location): \(error)")
-            state.withLock { s in
-                s.inodes[ino]?.local?.dirty = true
-                s.inodes[ino]?.submitting -= 1
-            }
-            return nil
+            throw restore("the journal could not record it (\(error))")
         }
         state.withLock { s in
             s.inodes[ino]?.submitting -= 1
@@ -711,11 +739,19 @@ extension StowFileSystem {
     }
 
     /// fsync(2): returns once the server holds this file's content as of now.
+    /// An upload the server refused for good fails it with EIO (the content stays queued, as
+    /// `stowfs status` shows).
     public func fsync(_ ino: InodeNumber, handle: UInt64) async throws(FSError) {
         try await flush(ino, handle: handle)
-        await submit(ino, onlyIfClosed: false)
+        try await submit(ino, onlyIfClosed: false)
         let owed = state.withLock { s in s.inodes[ino]?.owedUploads ?? [] }
-        await queue.waitUntilDone(Set(owed))
+        try Self.check(await queue.waitUntilDone(Set(owed)))
+    }
+
+    /// EIO naming the first refusal, if any upload was refused.
+    static func check(_ failures: [UploadQueue.Failure]) throws(FSError) {
+        guard let first = failures.first else { return }
+        throw FSError.io("the server refused the upload of \(first.path): \(first.reason)")
     }
 }
 

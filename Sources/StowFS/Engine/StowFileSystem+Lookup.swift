@@ -287,7 +287,7 @@ extension StowFileSystem {
             var offset: Int64 = 3
             for name in children.keys.sorted() {
                 guard let e = s.inodes[children[name]!], !e.unlinked else { continue }
-                out.append(DirectoryEntry(name: name, ino: e.ino, kind: e.kind, offset: offset, entry: entry(e)))
+                out.append(DirectoryEntry(name: name.string, ino: e.ino, kind: e.kind, offset: offset, entry: entry(e)))
                 offset += 1
             }
             return out
@@ -300,7 +300,7 @@ extension StowFileSystem {
     func refreshDirectory(_ ino: InodeNumber, cap: Int?) async throws(FSError) -> Bool {
         let started = ContinuousClock.now
         let location = try state.withLock { (s: inout State) throws(FSError) -> Location in try self.location(s, ino) }
-        var names: [String: InodeNumber] = [:]
+        var names: [FileName: InodeNumber] = [:]
         var complete = true
         if location.namespace == nil {
             let records = try await remote { try await store.namespaces() }

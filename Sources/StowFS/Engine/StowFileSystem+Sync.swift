@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Synchronization
 import StorageClient
 import StorageProtocol
@@ -43,11 +44,22 @@ extension StowFileSystem {
     }
 
     /// sync: sends what was written before now (open files included, as they are now) and returns
-    /// once the server has all of it.
-    public func sync(progress: (@Sendable (QueueStatus) -> Void)? = nil) async {
+    /// once the server has all of it, or has refused some of it for good.
+    /// - Returns: the uploads refused (kept in the queue, listed by `status`); empty when all is stored.
+    @discardableResult
+    public func sync(progress: (@Sendable (QueueStatus) -> Void)? = nil) async -> [UploadQueue.Failure] {
         let dirty: [InodeNumber] = state.withLock { s in s.inodes.values.filter { $0.local?.dirty == true && !$0.unlinked }.map(\.ino) }
-        for ino in dirty { await submit(ino, onlyIfClosed: false) }
+        var unrecorded: [UploadQueue.Failure] = []
+        for ino in dirty {
+            do throws(FSError) {
+                try await submit(ino, onlyIfClosed: false)
+            } catch {
+                let path = state.withLock { s in (try? self.location(s, ino).description) ?? "inode \(ino)" }
+                unrecorded.append(UploadQueue.Failure(id: 0, path: path, reason: error.description))
+            }
+        }
         let upTo = await queue.lastID
+        let failures: [UploadQueue.Failure]
         if let progress {
             let reporter = Task {
                 while !Task.isCancelled {
@@ -55,12 +67,20 @@ extension StowFileSystem {
                     try? await Task.sleep(for: .milliseconds(500))
                 }
             }
-            await queue.waitUntilDone(upTo: upTo)
+            failures = await queue.waitUntilDone(upTo: upTo)
             reporter.cancel()
             progress(await queue.status())
         } else {
-            await queue.waitUntilDone(upTo: upTo)
+            failures = await queue.waitUntilDone(upTo: upTo)
         }
+        return unrecorded + failures
+    }
+
+    /// `stowfs retry`: failed uploads at or under these paths of the mount (all, for none) go again now.
+    /// - Returns: how many.
+    public func retryFailed(paths: [String]) async throws(FSError) -> Int {
+        let locations = try paths.map { p throws(FSError) in try location(ofMountPath: p) }
+        return await queue.retryFailed(under: locations)
     }
 
     public func status() async -> MountStatus {
@@ -81,4 +101,56 @@ public struct MountStatus: Codable, Sendable, Equatable {
     public var cache: BlockCache.Statistics
     public var inodes: Int
     public var openFiles: Int
+}
+
+/// `stowfs discard`: what the server refused is dropped on request, never on its own.
+extension StowFileSystem {
+    /// Drops the local changes of the files at or under these paths whose upload the server
+    /// refused for good: their owed uploads and local copies go, and the mount shows what the
+    /// server has (the previous content, or no file if it never had one). A file still open for
+    /// writing is left alone (EBUSY).
+    /// - Returns: the locations dropped.
+    public func discard(paths: [String]) async throws(FSError) -> [String] {
+        var dropped: [String] = []
+        for p in paths {
+            let location = try location(ofMountPath: p)
+            for r in await queue.failures(under: [location]) {
+                if let ino = state.withLock({ $0.uploadOwner[r.id] }) {
+                    try await lockedInode(ino) { () async throws(FSError) in try await self.discardLocked(ino) }
+                } else {
+                    // Recovered from the journal and not claimed by an inode yet.
+                    _ = await queue.cancel(r.id)
+                    state.withLock { s in if s.recovered[r.location]?.id == r.id { s.recovered[r.location] = nil } }
+                    Glibc.unlink(r.cacheFile)
+                }
+                logger.notice("discarded the refused upload of \(r.location) (\(r.lastError ?? "refused"))")
+                dropped.append(r.location.description)
+            }
+        }
+        return dropped
+    }
+
+    private func discardLocked(_ ino: InodeNumber) async throws(FSError) {
+        let owed = try state.withLock { (s: inout State) throws(FSError) -> [Int64] in
+            guard let e = s.inodes[ino] else { return [] }
+            if let local = e.local, local.writers > 0 { throw FSError.busy }
+            return e.owedUploads + (e.local?.heldUpload.map { [$0] } ?? [])
+        }
+        var stored = false
+        for id in owed where await cancelUpload(id, ino: ino) != nil { stored = true }
+        state.withLock { s in
+            for id in owed { s.uploadOwner[id] = nil }
+            guard var e = s.inodes[ino] else { return }
+            let copy = e.local?.file.path
+            e.upload = nil
+            e.olderUploads = []
+            e.local = nil
+            e.pageCacheETag = nil
+            e.validUntil = .now
+            s.inodes[ino] = e
+            if let copy { Glibc.unlink(copy) }
+            // Never on the server: the file is gone with its changes.
+            if e.remote == nil && !stored { removeName(&s, parent: e.parent, name: e.name, ino: ino) }
+        }
+    }
 }

@@ -71,7 +71,7 @@ extension StowFileSystem {
     func otherName(_ s: State, of ino: InodeNumber, besides parent: InodeNumber, _ name: String) -> (parent: InodeNumber, name: String)? {
         for (dir, d) in s.inodes {
             guard let children = d.directory?.children else { continue }
-            for (n, c) in children where c == ino && !(dir == parent && n == name) { return (dir, n) }
+            for (n, c) in children where c == ino && !(dir == parent && n.string.isSameName(name)) { return (dir, n.string) }
         }
         return nil
     }
@@ -85,7 +85,7 @@ extension StowFileSystem {
             e.attributes.nlink -= 1
             e.attributes.ctime = .now
             e.validUntil = .now
-            if e.parent == parent && e.name == name, let other = otherName(s, of: ino, besides: parent, name) {
+            if e.parent == parent && e.name.isSameName(name), let other = otherName(s, of: ino, besides: parent, name) {
                 // Its own name went: another name it has (known in a listed folder) becomes its path.
                 e.parent = other.parent
                 e.name = other.name
@@ -194,8 +194,8 @@ extension StowFileSystem {
         let ns = srcLoc.namespace!
         if exchange {
             // Rare: let what is owed on both sides land first, then swap on the server.
-            await settle(srcLoc)
-            await settle(dstLoc)
+            try await settle(srcLoc)
+            try await settle(dstLoc)
             _ = try await remote { try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: false, exchange: true) }
             state.withLock { s in
                 s.inodes[parent]?.directory?.children[name] = dst
@@ -290,14 +290,14 @@ extension StowFileSystem {
         }
     }
 
-    /// Waits until nothing is owed to the server at or under `location`.
-    func settle(_ location: Location) async {
+    /// Waits until nothing is owed to the server at or under `location`; EIO if the server refused any of it.
+    func settle(_ location: Location) async throws(FSError) {
         let inodes: [InodeNumber] = state.withLock { s in
             s.inodes.values.filter { $0.local?.dirty == true && ((try? self.location(s, $0.ino).isWithin(location)) ?? false) }.map(\.ino)
         }
-        for ino in inodes { await submit(ino, onlyIfClosed: false) }
+        for ino in inodes { try await submit(ino, onlyIfClosed: false) }
         let ids = await queue.records(under: location).map(\.id)
-        await queue.waitUntilDone(Set(ids))
+        try Self.check(await queue.waitUntilDone(Set(ids)))
     }
 
     /// A hard link `newName` in `newParent` to `ino`.
@@ -313,7 +313,7 @@ extension StowFileSystem {
             return (from, to)
         }
         // The server links stored inodes: what is owed lands first.
-        await settle(from)
+        try await settle(from)
         let record = try await remote { try await store.link(from.namespace!, from: from.path, to: to.path) }
         return state.withLock { s in
             s.inodes[newParent]?.directory?.children[newName] = ino
@@ -419,7 +419,7 @@ extension StowFileSystem {
         }
         return FilePatch(
             mode: changes.mode.map { $0 & 0o7777 }, uid: changes.uid, gid: changes.gid, atimeNs: resolve(changes.atime)?.nanoseconds,
-            mtimeNs: resolve(changes.mtime)?.nanoseconds)
+            mtimeNs: resolve(changes.mtime)?.nanoseconds, ctimeNs: now.nanoseconds)
     }
 
     func apply(_ patch: FilePatch, to e: inout InodeEntry, now: TimeSpec) {
@@ -504,7 +504,7 @@ extension StowFileSystem {
             return false
         }
         if !remoteOnly {
-            await submit(ino, onlyIfClosed: true)
+            try await submit(ino, onlyIfClosed: true)
             return
         }
         let (location, current) = try state.withLock { (s: inout State) throws(FSError) -> (Location, UInt64) in

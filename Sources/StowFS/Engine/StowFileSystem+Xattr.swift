@@ -11,7 +11,11 @@ import StorageProtocol
 /// | `user.stow.content-type` | its content type (writable) |
 /// | `user.stow.public` | `true` / `false` (writable) |
 /// | `user.stow.id`, `user.stow.url`, `user.stow.status` | read-only: record id, a shareable URL, pending / uploading / stored / failed |
-/// | any other `user.X` | custom metadata key `X` |
+/// | any other `user.X` | custom metadata key `X`; its value is any bytes (`XattrValue`) |
+///
+/// `listxattr` lists only what a user set (tags and custom metadata): the others are readable by
+/// name, and listing them would make `cp -a`, `rsync -X` and `tar --xattrs` copy them (and fail
+/// on the read-only ones).
 extension StowFileSystem {
     public enum XattrFlag: Sendable { case any, create, replace }
 
@@ -27,9 +31,7 @@ extension StowFileSystem {
         let e = try state.withLock { (s: inout State) throws(FSError) in try inode(s, ino) }
         var names: [String] = []
         if !e.meta.tags.isEmpty { names.append(Self.tagsName) }
-        names += [Self.contentTypeName, Self.publicName, Self.statusName]
-        if e.remote != nil && !e.remote!.id.isEmpty { names += [Self.idName, Self.urlName] }
-        names += e.meta.metadata.keys.sorted().map { "user." + $0 }
+        names += e.meta.metadata.keys.map { "user." + $0 }.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
         return names
     }
 
@@ -54,7 +56,7 @@ extension StowFileSystem {
             return Array(try await shareableURL(ino).utf8)
         default:
             guard let v = e.meta.metadata[String(name.dropFirst(5))] else { throw FSError.noAttribute }
-            return Array(v.utf8)
+            return XattrValue.decode(v)
         }
     }
 
@@ -62,20 +64,23 @@ extension StowFileSystem {
         guard !configuration.readOnly else { throw FSError.readOnly }
         guard name.hasPrefix("user.") else { throw FSError.notSupported }
         guard !Self.readOnlyNames.contains(name) else { throw FSError.notPermitted }
-        guard let text = String(validating: value, as: UTF8.self), !text.utf8.contains(0) else { throw FSError.invalidArgument }
+        // Tags, content type and public are text; custom metadata is any bytes.
+        let text = String(validating: value, as: UTF8.self).flatMap { $0.utf8.contains(0) ? nil : $0 }
         let exists = (try? await getxattr(ino, name: name)) != nil
         if flag == .create && exists { throw FSError.exists }
         if flag == .replace && !exists { throw FSError.noAttribute }
         var patch = FilePatch()
         switch name {
         case Self.tagsName:
+            guard let text else { throw FSError.invalidArgument }
             let tags = text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
-            guard tags.allSatisfy({ $0.utf8.count <= 128 }), tags.count <= 64 else { throw FSError.invalidArgument }
+            guard tags.allSatisfy(AttributeRules.isValidTag), tags.count <= AttributeRules.maxTags else { throw FSError.invalidArgument }
             patch.tags = tags
         case Self.contentTypeName:
-            guard ContentTypes.isValid(text) else { throw FSError.invalidArgument }
+            guard let text, ContentTypes.isValid(text) else { throw FSError.invalidArgument }
             patch.contentType = text
         case Self.publicName:
+            guard let text else { throw FSError.invalidArgument }
             switch text.lowercased().trimmingCharacters(in: .whitespacesAndNewlines) {
             case "true", "1", "yes": patch.isPublic = true
             case "false", "0", "no", "": patch.isPublic = false
@@ -83,8 +88,12 @@ extension StowFileSystem {
             }
         default:
             let key = String(name.dropFirst(5))
-            guard !key.isEmpty, key.utf8.count <= 200, value.count <= 65536 else { throw value.count > 65536 ? FSError.attributeTooLarge : FSError.invalidArgument }
-            patch.metadataSet = [key: text]
+            guard AttributeRules.isValidMetadataKey(key) else { throw FSError.invalidArgument }
+            let stored = XattrValue.encode(value)
+            guard AttributeRules.isValidMetadataValue(stored) else { throw FSError.attributeTooLarge }
+            let count = state.withLock { $0.inodes[ino]?.meta.metadata.count ?? 0 }
+            if !exists && count >= AttributeRules.maxMetadataKeys { throw FSError.noSpace }
+            patch.metadataSet = [key: stored]
         }
         try await applyMeta(ino, patch)
     }
@@ -146,9 +155,9 @@ extension StowFileSystem {
     /// A file still owed to the server is uploaded first.
     func shareableURL(_ ino: InodeNumber) async throws(FSError) -> String {
         if state.withLock({ $0.inodes[ino]?.hasLocalState }) == true {
-            await submit(ino, onlyIfClosed: false)
+            try await submit(ino, onlyIfClosed: false)
             let owed = state.withLock { $0.inodes[ino]?.owedUploads ?? [] }
-            await queue.waitUntilDone(Set(owed))
+            try Self.check(await queue.waitUntilDone(Set(owed)))
         }
         let (location, isPublic) = try state.withLock { (s: inout State) throws(FSError) -> (Location, Bool) in
             (try self.location(s, ino), try inode(s, ino).meta.isPublic)

@@ -97,10 +97,11 @@ public final class StowFileSystem: Sendable {
     }
 
     struct DirectoryState: Sendable {
-        var children: [String: InodeNumber] = [:]
+        /// Keyed by bytes (`FileName`): names that are canonically equivalent are still two files.
+        var children: [FileName: InodeNumber] = [:]
         var complete = false
         var validUntil: ContinuousClock.Instant = .now
-        var negative: [String: ContinuousClock.Instant] = [:]
+        var negative: [FileName: ContinuousClock.Instant] = [:]
     }
 
     struct InodeEntry: Sendable {
@@ -219,6 +220,20 @@ public final class StowFileSystem: Sendable {
             if names.count > 4096 { throw FSError.io("inode \(ino) has no path to the root") }
         }
         names.reverse()
+        switch configuration.scope {
+        case .namespace(let ns):
+            return Location(namespace: ns, path: try Self.path(names))
+        case .all:
+            guard let first = names.first else { return Location(namespace: nil, path: .root) }
+            guard let ns = try? Namespace(first) else { throw FSError.notFound }
+            return Location(namespace: ns, path: try Self.path(Array(names.dropFirst())))
+        }
+    }
+
+    /// The location of a path inside the mount (`a/b.txt`, as the control socket's commands name
+    /// files: relative to the mountpoint), without looking anything up.
+    func location(ofMountPath path: String) throws(FSError) -> Location {
+        let names = path.split(separator: "/").map(String.init).filter { $0 != "." }
         switch configuration.scope {
         case .namespace(let ns):
             return Location(namespace: ns, path: try Self.path(names))

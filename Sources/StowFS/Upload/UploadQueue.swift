@@ -98,6 +98,9 @@ public actor UploadQueue {
     /// and the mount less CPU (docs/performance.md).
     static let batchLingerFiles = 16
     static let batchLinger: Int64 = 10  // ms
+    /// Conflicts in a row (409: another writer of the session, an offset that does not match)
+    /// before an upload counts as refused rather than racing.
+    static let conflictAttempts = 10
     /// Requests in flight (a batch counts once), and those of them that carry small files.
     private var slots = 0
     private var smallSlots = 0
@@ -332,25 +335,71 @@ public actor UploadQueue {
     /// The highest id given out so far.
     public var lastID: Int64 { records.keys.max() ?? 0 }
 
-    /// Waits until every record with an id up to `id` is stored (or cancelled).
-    public func waitUntilDone(upTo id: Int64) async {
+    /// An upload the server refused for good (it stays in the journal, and is tried again every
+    /// 5 minutes, at the next `sync`, at `retry`, and at the next mount).
+    public struct Failure: Codable, Sendable, Equatable {
+        public var id: Int64
+        public var path: String
+        public var reason: String
+    }
+
+    /// Waits until every record with an id up to `id` is stored, cancelled, or refused for good;
+    /// returns those refused.
+    @discardableResult
+    public func waitUntilDone(upTo id: Int64) async -> [Failure] {
         // Held records belong to files still open for writing: `sync` sends their current content as
         // a copy (a newer record), so it does not wait for them to be closed.
         await waitUntilDone(Set(records.values.filter { $0.id <= id && $0.state != .held }.map(\.id)))
     }
 
-    /// Waits until these records are stored (or cancelled).
-    public func waitUntilDone(_ ids: Set<Int64>) async {
+    /// Waits until these records are stored, cancelled, or refused for good; returns those refused.
+    ///
+    /// A record that had failed before the wait is tried once more first (the cause may be gone:
+    /// a token renewed, space freed), so a wait answers for the server as it is now.
+    @discardableResult
+    public func waitUntilDone(_ ids: Set<Int64>) async -> [Failure] {
         let remaining = ids.filter { records[$0] != nil }
-        if remaining.isEmpty { return }
+        if remaining.isEmpty { return [] }
+        retryNow(remaining)
         // A small batch lingering for more files goes now: somebody waits for it.
         wake.signal()
         await withCheckedContinuation { waiters.append((remaining, $0)) }
+        return remaining.compactMap { records[$0] }.filter { $0.state == .failed }.sorted { $0.id < $1.id }.map {
+            Failure(id: $0.id, path: $0.location.description, reason: $0.lastError ?? "refused")
+        }
     }
 
+    /// Failed records among `ids` go again now; returns how many.
+    @discardableResult
+    private func retryNow(_ ids: Set<Int64>) -> Int {
+        var n = 0
+        for id in ids {
+            guard var r = records[id], r.state == .failed else { continue }
+            r.state = .queued
+            r.nextAttempt = 0
+            try? journal.update(r)
+            records[id] = r
+            n += 1
+        }
+        if n > 0 { wake.signal() }
+        return n
+    }
+
+    /// `stowfs retry`: the failed records at or under these locations (all, for none) go again now.
+    public func retryFailed(under locations: [Location]) -> Int {
+        retryNow(Set(records.values.filter { r in r.state == .failed && (locations.isEmpty || locations.contains { r.location.isWithin($0) }) }.map(\.id)))
+    }
+
+    /// The failed records at or under these locations.
+    public func failures(under locations: [Location]) -> [UploadJournal.Record] {
+        records.values.filter { r in r.state == .failed && locations.contains { r.location.isWithin($0) } }.sorted { $0.id < $1.id }
+    }
+
+    /// A waiter is done when none of its records is still on its way: each is stored, cancelled,
+    /// or failed for good.
     private func notifyWaiters() {
         waiters.removeAll { w in
-            if w.ids.contains(where: { records[$0] != nil }) { return false }
+            if w.ids.contains(where: { records[$0].map { $0.state != .failed } ?? false }) { return false }
             w.continuation.resume()
             return true
         }
@@ -648,8 +697,9 @@ public actor UploadQueue {
                     r.nextAttempt = now + 300_000
                 }
             case .incomplete, .offsetMismatch, .conflict:
-                r.state = .queued
-                r.nextAttempt = now + 1000
+                // Usually a race with another writer of the same session; one that does not pass is a refusal.
+                r.state = r.attempts >= Self.conflictAttempts ? .failed : .queued
+                r.nextAttempt = now + (r.state == .failed ? 300_000 : 1000)
             default:
                 r.state = .failed
                 r.nextAttempt = now + 300_000
@@ -659,8 +709,14 @@ public actor UploadQueue {
             r.nextAttempt = now + min(60_000, 1000 << min(r.attempts - 1, 6))
         }
         logger.warning("upload of \(r.location) failed (attempt \(r.attempts)): \(error)")
-        try? journal.update(r)
+        do {
+            try journal.update(r)
+        } catch {
+            logger.error("cannot record the failure of \(r.location) in the journal: \(error)")
+        }
         records[id] = r
+        // Whoever waits for it hears now that it failed for good (the record stays).
+        if r.state == .failed { notifyWaiters() }
     }
 }
 
