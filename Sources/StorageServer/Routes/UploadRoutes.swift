@@ -282,10 +282,23 @@ extension StowService {
     func storageLink(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
         let id = context.parameters.get("id") ?? ""
         let q = request.uri.queryParameters
-        try signer.verify(
-            q[Substring(Routes.signatureParameter)].map(String.init), scope: .upload, resource: URLSigner.uploadResource(id),
-            expires: HTTPNumber.nonNegative(q[Substring(Routes.expiresParameter)]), now: Timestamp.nowSeconds())
-        guard let upload = try await store.upload(id: id) else { throw APIError.notFound("no such upload (it may have expired)") }
+        let now = Timestamp.nowSeconds()
+        let upload: UploadRecord?
+        do {
+            try signer.verify(
+                q[Substring(Routes.signatureParameter)].map(String.init), scope: .upload, resource: URLSigner.uploadResource(id),
+                expires: HTTPNumber.nonNegative(q[Substring(Routes.expiresParameter)]), now: now)
+            upload = try await store.upload(id: id)
+        } catch URLSigner.Rejection.expired {
+            // The link was signed here, but long ago: it still serves an upload that keeps making
+            // progress (each body moves the session's expiry on), so a large upload on a slow link
+            // is not cut off at the link's lifetime and started again forever.
+            guard let live = try await store.upload(id: id), live.state == .open, live.expiresAt > now else {
+                throw URLSigner.Rejection.expired
+            }
+            upload = live
+        }
+        guard let upload else { throw APIError.notFound("no such upload (it may have expired)") }
         return try await uploadResource(request, upload, base: baseURL(request))
     }
 
@@ -416,6 +429,8 @@ extension StowService {
                 throw failure ?? error
             }
             metrics.bytesReceived.increment(by: end - offset)
+            // Progress keeps the session alive: it expires a link's lifetime after the last bytes arrived.
+            if end > offset { try? await store.extendUpload(id: upload.id, until: Timestamp.nowSeconds() + config.uploadLinkLifetime) }
             if let failure {
                 if let api = failure as? APIError, api.code == .payloadTooLarge {
                     try await blobs.truncateStaged(upload.id, to: offset)

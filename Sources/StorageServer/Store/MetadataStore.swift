@@ -38,6 +38,8 @@ public protocol MetadataStore: Sendable {
     func createUpload(_ upload: UploadRecord) async throws
     func upload(id: String) async throws -> UploadRecord?
     func deleteUpload(id: String) async throws
+    /// An open upload that made progress lives on: its expiry moves to `until` if that is later.
+    func extendUpload(id: String, until: Int64) async throws
     /// Publishes a fully received upload: the file appears (or changes) atomically.
     func publish(_ upload: UploadRecord, blob: BlobInfo) async throws -> Node
     /// Stores small files' bytes and publishes them in one transaction, without upload sessions

@@ -475,6 +475,13 @@ public final class SQLiteMetadataStore: MetadataStore {
         try await pool.write { db in try db.executeCached(sql: "DELETE FROM uploads WHERE id = ?", arguments: [id]) }
     }
 
+    public func extendUpload(id: String, until: Int64) async throws {
+        try await pool.write { db in
+            try db.executeCached(
+                sql: "UPDATE uploads SET expires_at = ? WHERE id = ? AND state = 'open' AND expires_at < ?", arguments: [until, id, until])
+        }
+    }
+
     public func publish(_ upload: UploadRecord, blob: BlobInfo) async throws -> Node {
         let grace = blobGraceNs
         return try await pool.write { db in
