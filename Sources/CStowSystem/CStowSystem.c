@@ -1,10 +1,24 @@
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <unistd.h>
 #include "CStowSystem.h"
 
 int CStowSystem_punch_hole(int fd, off_t offset, off_t length) {
     return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length);
+}
+
+long long CStowSystem_data_end(int fd) {
+    off_t end = 0, position = 0;
+    for (;;) {
+        off_t data = lseek(fd, position, SEEK_DATA);
+        if (data < 0) return errno == ENXIO ? (long long)end : -1;  /* ENXIO: no data past `position` */
+        off_t hole = lseek(fd, data, SEEK_HOLE);
+        if (hole < 0) return -1;
+        if (hole <= data) return (long long)end;
+        end = hole;
+        position = hole;
+    }
 }
 
 ssize_t CStowSystem_copy_file_range(int fd_in, off_t in_offset, int fd_out, off_t out_offset, size_t length) {

@@ -344,7 +344,8 @@ public actor InMemoryObjectStore: ObjectStore {
     public func send(_ session: StartUploadResponse, from source: UploadSource, offset: Int64, end: Int64, progress: ProgressHandler?) async throws -> Int64 {
         let id = try uploadID(session)
         var u = uploads[id]!
-        let whole = u.request.deferLength != true && offset == 0 && end == u.request.size
+        let sentSize = min(u.request.size, u.request.params?.zerosFrom ?? u.request.size)
+        let whole = u.request.deferLength != true && offset == 0 && end == sentSize
         if !whole && offset != Int64(u.bytes.readableBytes) {
             throw StorageError(.offsetMismatch, "offset \(offset) but the upload has \(u.bytes.readableBytes)", status: 409)
         }
@@ -376,6 +377,10 @@ public actor InMemoryObjectStore: ObjectStore {
             u.request.params = session.params
             u.request.tags = session.tags
             u.request.contentType = session.contentType
+        }
+        // A declared tail of zeros is not sent (stowd makes it a hole); here it is written out.
+        if let zerosFrom = u.request.params?.zerosFrom, u.request.deferLength != true, Int64(u.bytes.readableBytes) == zerosFrom, zerosFrom < u.request.size {
+            u.bytes.writeRepeatingByte(0, count: Int(u.request.size - zerosFrom))
         }
         guard Int64(u.bytes.readableBytes) == u.request.size else {
             throw StorageError(.incomplete, "only \(u.bytes.readableBytes) of \(u.request.size) bytes arrived", status: 409)

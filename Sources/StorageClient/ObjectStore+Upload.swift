@@ -47,7 +47,8 @@ extension ObjectStore {
         _ session: StartUploadResponse, from source: UploadSource, knownOffset: Int64? = nil, options: UploadOptions = UploadOptions(),
         progress: ProgressHandler? = nil, willComplete: (@Sendable () async -> Void)? = nil
     ) async throws -> FileRecord {
-        let size = session.size
+        // A declared tail of zeros (`zeros_from`) is not sent: the server makes it a hole.
+        let size = max(0, min(session.size, session.params?.zerosFrom ?? session.size))
         let retry = options.retry
         var offset: Int64
         if let knownOffset { offset = knownOffset } else { offset = try await uploadedBytes(session) }

@@ -21,11 +21,15 @@ public struct UploadParams: Codable, Sendable, Equatable {
     /// The file's ctime as the client last changed it; the server keeps it at complete (never later
     /// than its own clock), so that an upload landing does not move ctime.
     public var ctimeNs: Int64?
+    /// The bytes from this offset to `size` are zeros and are not sent: the client sends
+    /// `zerosFrom` bytes, and the server makes the rest a hole at complete. For a file extended by
+    /// truncate (`truncate -s 1T`), whose zeros would otherwise cross the network and fill a disk.
+    public var zerosFrom: Int64?
 
     public init(
         metadata: [String: String]? = nil, isPublic: Bool? = nil, ifMatch: String? = nil, ifNoneMatch: String? = nil,
         sha256: String? = nil, mode: UInt32? = nil, uid: UInt32? = nil, gid: UInt32? = nil, mtimeNs: Int64? = nil,
-        atimeNs: Int64? = nil, ctimeNs: Int64? = nil
+        atimeNs: Int64? = nil, ctimeNs: Int64? = nil, zerosFrom: Int64? = nil
     ) {
         self.metadata = metadata
         self.isPublic = isPublic
@@ -38,6 +42,7 @@ public struct UploadParams: Codable, Sendable, Equatable {
         self.mtimeNs = mtimeNs
         self.atimeNs = atimeNs
         self.ctimeNs = ctimeNs
+        self.zerosFrom = zerosFrom
     }
 
     enum CodingKeys: String, CodingKey {
@@ -48,6 +53,7 @@ public struct UploadParams: Codable, Sendable, Equatable {
         case mtimeNs = "mtime_ns"
         case atimeNs = "atime_ns"
         case ctimeNs = "ctime_ns"
+        case zerosFrom = "zeros_from"
     }
 }
 

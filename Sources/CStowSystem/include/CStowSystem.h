@@ -10,6 +10,11 @@
 /// fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length)
 int CStowSystem_punch_hole(int fd, off_t offset, off_t length);
 
+/// Where the data of `fd` ends: the end of its last data region (SEEK_DATA / SEEK_HOLE), so a
+/// file whose tail is a hole (extended by truncate) reports less than its size. -1 with errno
+/// on failure; the size where the filesystem does not report holes.
+long long CStowSystem_data_end(int fd);
+
 /// copy_file_range from `in_offset` of `fd_in` to `out_offset` of `fd_out`, leaving both
 /// descriptors' file offsets alone.
 ssize_t CStowSystem_copy_file_range(int fd_in, off_t in_offset, int fd_out, off_t out_offset, size_t length);

@@ -171,6 +171,9 @@ extension StowService {
             throw APIError(.contentTooLarge, .payloadTooLarge, "`size` \(size) is larger than the \(config.maxUploadSize) bytes allowed")
         }
         try validateDeclaration(contentType: contentType, tags: tags, params: params)
+        if let z = params.zerosFrom {
+            guard !deferred, z >= 0, z <= size else { throw APIError.badRequest("`params.zeros_from` must be between 0 and `size` (and not with `defer_length`)") }
+        }
         // Refuse now what complete would refuse anyway, so that no bytes are sent in vain.
         if precheck {
             do {
@@ -250,13 +253,28 @@ extension StowService {
                 var w = try await blobs.openStaged(upload.id, at: 0, expecting: 0)
                 received = try await w.finish()
             }
-            let have = received ?? alreadyPublished ?? 0
-            guard have == upload.size else {
-                throw APIError(.conflict, .incomplete, "only \(have) of \(upload.size) bytes have arrived; send the rest, then complete")
+            var have = received ?? alreadyPublished ?? 0
+            let sent = received == nil && alreadyPublished != nil ? upload.size : upload.sentSize
+            guard have == sent else {
+                throw APIError(.conflict, .incomplete, "only \(have) of \(sent) bytes have arrived; send the rest, then complete")
             }
-            let digest: String
-            if let d = activeUploads.digest(upload.id, bytes: have) { digest = d } else { digest = try await blobs.sha256(ofStaged: upload.id) }
-            try verify(digest, of: upload)
+            var digest: String?
+            if received != nil && upload.size > have {
+                // A declared tail of zeros (`zeros_from`): a hole at the end of the file, no bytes
+                // written. Hashed only while that is cheap, or when the client asked for a check.
+                try await blobs.truncateStaged(upload.id, to: upload.size)
+                if upload.size - have <= BlobStoreLimits.hashedZeros || upload.params.sha256 != nil {
+                    digest = try await blobs.sha256(ofStaged: upload.id)
+                }
+                have = upload.size
+            } else if let d = activeUploads.digest(upload.id, bytes: have) {
+                digest = d
+            } else {
+                digest = try await blobs.sha256(ofStaged: upload.id)
+            }
+            if let digest { try verify(digest, of: upload) } else if upload.params.sha256 != nil {
+                throw APIError(APIError.checksumStatus, .checksumMismatch, "the content's SHA-256 could not be checked")
+            }
             if received != nil { try await blobs.publish(upload.id) }
             let node = try await store.publish(upload, blob: BlobInfo(id: upload.id, size: have, sha256: digest))
             activeUploads.forget(upload.id)
@@ -328,11 +346,11 @@ extension StowService {
             return Response(status: .noContent, headers: headers)
         case .put:
             guard upload.state == .open else { throw APIError.conflict(.conflict, "this upload has completed already") }
-            if !upload.isDeferred, let declared = HTTPNumber.nonNegative(request.headers[.contentLength]), declared != upload.size {
-                throw APIError(.badRequest, .sizeMismatch, "Content-Length is \(declared) but the upload was started with size \(upload.size)")
+            if !upload.isDeferred, let declared = HTTPNumber.nonNegative(request.headers[.contentLength]), declared != upload.sentSize {
+                throw APIError(.badRequest, .sizeMismatch, "Content-Length is \(declared) but the upload was started to send \(upload.sentSize) bytes")
             }
             let end = try await receive(request, into: upload, at: 0, checksum: nil)
-            guard end == upload.size || upload.isDeferred else {
+            guard end == upload.sentSize || upload.isDeferred else {
                 throw APIError(
                     .badRequest, .sizeMismatch,
                     "received \(end) of the \(upload.size) bytes declared; send the rest with PATCH at offset \(end), or PUT again")
@@ -351,7 +369,7 @@ extension StowService {
             let checksum = try request.headers[HTTPField.Name(Tus.uploadChecksum)!].map(ChunkChecksum.init(header:))
             let end = try await receive(request, into: upload, at: offset, checksum: checksum)
             headers[offsetName] = String(end)
-            if upload.autoComplete && end == upload.size {
+            if upload.autoComplete && end == upload.sentSize {
                 _ = try await finish(upload)
             }
             return Response(status: .noContent, headers: headers)
@@ -381,7 +399,7 @@ extension StowService {
                 HTTPNumber.sum(offset, declared).map({ $0 > limit }) ?? true {
                 throw APIError(.contentTooLarge, .payloadTooLarge, "this chunk would take the upload past its \(limit) bytes")
             }
-            let expected = HTTPNumber.nonNegative(request.headers[.contentLength]) ?? (upload.isDeferred || offset > upload.size ? nil : upload.size - offset)
+            let expected = HTTPNumber.nonNegative(request.headers[.contentLength]) ?? (upload.isDeferred || offset > upload.sentSize ? nil : upload.sentSize - offset)
             var writer = try await blobs.openStaged(upload.id, at: offset, expecting: expected)
             // The whole file's SHA-256 goes on from the last chunk, hashed on another thread in
             // batches of 1 MiB while the next bytes are written.

@@ -24,9 +24,11 @@ public protocol BlobStore: Sendable {
     func blobSize(_ id: String) async throws -> Int64?
     /// Hands the bytes of a blob in `range` to `consume`, chunk by chunk (at the consumer's pace).
     func read(_ id: String, range: Range<Int64>, into consume: (ByteBuffer) async throws -> Void) async throws
-    /// Writes a blob from the first `size` bytes of another (zeros past its end), for truncate;
-    /// returns its SHA-256 (hex).
-    func makeBlob(_ id: String, fromPrefixOf source: BlobBytes, size: Int64) async throws -> String
+    /// Writes a blob from the first `size` bytes of another (zeros past its end, as a hole: the
+    /// disk does not take them), for truncate; returns its SHA-256 (hex), or nil when the zeros
+    /// past the end are more than `BlobStoreLimits.hashedZeros` (hashing a terabyte of zeros
+    /// would hold the request for many minutes; the file then has no SHA-256 until rewritten).
+    func makeBlob(_ id: String, fromPrefixOf source: BlobBytes, size: Int64) async throws -> String?
     /// SHA-256 (hex) of an upload's staging file, or of a blob.
     func sha256(ofStaged id: String) async throws -> String
     func deleteStaged(_ id: String) async throws
@@ -52,4 +54,9 @@ public enum BlobStoreError: Error, Sendable, Equatable {
     /// The disk (or quota) is full.
     case noSpace
     case notFound(String)
+}
+
+public enum BlobStoreLimits {
+    /// Zeros added by an extending truncate that are still hashed (64 MiB): beyond, no SHA-256.
+    public static let hashedZeros: Int64 = 64 << 20
 }

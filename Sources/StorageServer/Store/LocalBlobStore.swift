@@ -82,7 +82,7 @@ public final class LocalBlobStore: BlobStore {
         }
     }
 
-    public func makeBlob(_ id: String, fromPrefixOf source: BlobBytes, size: Int64) async throws -> String {
+    public func makeBlob(_ id: String, fromPrefixOf source: BlobBytes, size: Int64) async throws -> String? {
         let sourceSize: Int64
         switch source {
         case .inline(let data): sourceSize = Int64(data.count)
@@ -90,6 +90,7 @@ public final class LocalBlobStore: BlobStore {
         }
         let copyEnd = min(size, sourceSize)
         var hasher = SHA256()
+        let hashed = size - copyEnd <= BlobStoreLimits.hashedZeros
         try await mapErrors {
             try await fs.withFileHandle(forWritingAt: stagedPath(id), options: .newFile(replaceExisting: true)) { out in
                 var writer = out.bufferedWriter(capacity: Self.chunk)
@@ -99,21 +100,23 @@ public final class LocalBlobStore: BlobStore {
                         try await writer.write(contentsOf: chunk)
                     }
                 }
-                var remaining = size - copyEnd
-                let zeros = ByteBuffer(repeating: 0, count: 1 << 20)
-                while remaining > 0 {
-                    let n = Int(min(remaining, Int64(zeros.readableBytes)))
-                    let slice = zeros.getSlice(at: 0, length: n)!
-                    hasher.update(data: slice.readableBytesView)
-                    try await writer.write(contentsOf: slice)
-                    remaining -= Int64(n)
-                }
                 try await writer.flush()
+                // The zeros past the old end are a hole: no disk space, no bytes written.
+                if size > copyEnd { try await out.resize(to: .bytes(size)) }
                 try await out.synchronize()
             }
         }
+        if hashed {
+            var remaining = size - copyEnd
+            let zeros = [UInt8](repeating: 0, count: 1 << 20)
+            while remaining > 0 {
+                let n = Int(min(remaining, Int64(zeros.count)))
+                hasher.update(data: zeros[0..<n])
+                remaining -= Int64(n)
+            }
+        }
         try await publish(id)
-        return hasher.finalize().hexString
+        return hashed ? hasher.finalize().hexString : nil
     }
 
     public func sha256(ofStaged id: String) async throws -> String {

@@ -109,7 +109,8 @@ public struct Node: Sendable, Equatable {
 public struct BlobInfo: Sendable, Equatable {
     public var id: String
     public var size: Int64
-    public var sha256: String
+    /// nil for a file made by a large extending truncate (see `BlobStore.makeBlob`).
+    public var sha256: String?
 }
 
 /// Attributes given when a folder or special node is created.
@@ -146,8 +147,10 @@ public struct UploadRecord: Sendable, Equatable {
     /// `size` of an upload whose length is deferred (set by complete).
     public static let deferredSize: Int64 = -1
     public var isDeferred: Bool { size == Self.deferredSize }
+    /// The bytes the client sends: all of them, or those before a tail of zeros it declared (`zeros_from`).
+    public var sentSize: Int64 { isDeferred ? size : min(size, max(0, params.zerosFrom ?? size)) }
     /// The most bytes the staging file may grow to.
-    func limit(_ maxUploadSize: Int64) -> Int64 { isDeferred ? maxUploadSize : size }
+    func limit(_ maxUploadSize: Int64) -> Int64 { isDeferred ? maxUploadSize : sentSize }
 }
 
 /// What to list.

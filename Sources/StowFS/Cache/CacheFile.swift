@@ -58,6 +58,17 @@ public final class CacheFile: Sendable {
         return data.prefix(got)
     }
 
+    /// Where the last data of the file at `path` ends: its size, unless it ends in a hole (a file
+    /// extended by truncate), which the filesystem reports through `SEEK_DATA`/`SEEK_HOLE`. nil
+    /// when the file cannot be read.
+    public static func dataEnd(path: String) -> Int64? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        let end = CStowSystem_data_end(fd)
+        return end >= 0 ? Int64(end) : nil
+    }
+
     public func truncate(to size: Int64) throws(FSError) {
         guard ftruncate(descriptor, off_t(size)) == 0 else { throw FSError.io("truncate \(path): \(String(cString: strerror(errno)))") }
     }

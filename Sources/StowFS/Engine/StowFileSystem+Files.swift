@@ -128,6 +128,9 @@ extension StowFileSystem {
         let file = try CacheFile(path: newCacheFilePath(), truncate: true)
         if size > 0, let etag {
             try await fetchStream(location, etag: etag, range: 0..<size) { $0 } write: { chunk, offset throws(FSError) in
+                // Zeros are left as a hole (the file is cut to its size below): a file extended by
+                // truncate takes no disk here either.
+                if chunk.readableBytesView.allSatisfy({ $0 == 0 }) { return }
                 try file.write(chunk.readableBytesView, at: offset)
             }
         }

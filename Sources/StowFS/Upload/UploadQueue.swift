@@ -101,6 +101,8 @@ public actor UploadQueue {
     /// Conflicts in a row (409: another writer of the session, an offset that does not match)
     /// before an upload counts as refused rather than racing.
     static let conflictAttempts = 10
+    /// A hole at the end of a local copy at least this large is declared as zeros (`zeros_from`), not sent.
+    static let sparseTailMinimum: Int64 = 16 << 20
     /// Requests in flight (a batch counts once), and those of them that carry small files.
     private var slots = 0
     private var smallSlots = 0
@@ -507,7 +509,12 @@ public actor UploadQueue {
         }
         records[id] = r
         starting.insert(id)
-        return (r, StartUploadRequest(fileName: r.location.path.string, contentType: r.contentType, size: r.size, tags: r.tags, params: r.params))
+        var params = r.params
+        // A large file that ends in a hole (extended by truncate): its zeros are declared, not sent.
+        if r.size >= Self.sparseTailMinimum, let end = CacheFile.dataEnd(path: r.cacheFile), end < r.size, r.size - end >= Self.sparseTailMinimum {
+            params.zerosFrom = end
+        }
+        return (r, StartUploadRequest(fileName: r.location.path.string, contentType: r.contentType, size: r.size, tags: r.tags, params: params))
     }
 
     /// Small files in one request (`uploadBatch`); each then settles or fails on its own.
