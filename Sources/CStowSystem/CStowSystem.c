@@ -33,7 +33,9 @@ ssize_t CStowSystem_copy_file_range(int fd_in, off_t in_offset, int fd_out, off_
 #include <stdlib.h>
 #include <string.h>
 
-enum { DIRECT_ALIGN = 4096, DIRECT_BUFFER = 8 << 20, DIRECT_POOL = 8 };
+// At most DIRECT_MAX_OUT buffers (128 MiB) are in use at once, whatever the number of uploads:
+// a writer that would pass it is refused (EBUSY) and its upload goes the usual way.
+enum { DIRECT_ALIGN = 4096, DIRECT_BUFFER = 8 << 20, DIRECT_POOL = 8, DIRECT_MAX_OUT = 16 };
 
 struct CStowSystem_direct_file {
     int fd;
@@ -54,19 +56,36 @@ struct CStowSystem_direct_file {
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *pool[DIRECT_POOL];
 static int pool_count = 0;
+static int buffers_out = 0;
 
-static char *take_buffer(void) {
-    char *b = NULL;
+// Two buffers for one writer, or none (EBUSY past DIRECT_MAX_OUT, ENOMEM).
+static int take_buffers(char **a, char **b) {
+    *a = *b = NULL;
     pthread_mutex_lock(&pool_lock);
-    if (pool_count > 0) b = pool[--pool_count];
+    if (buffers_out + 2 > DIRECT_MAX_OUT) {
+        pthread_mutex_unlock(&pool_lock);
+        errno = EBUSY;
+        return -1;
+    }
+    buffers_out += 2;
+    if (pool_count > 0) *a = pool[--pool_count];
+    if (pool_count > 0) *b = pool[--pool_count];
     pthread_mutex_unlock(&pool_lock);
-    if (b == NULL && posix_memalign((void **)&b, DIRECT_ALIGN, DIRECT_BUFFER) != 0) return NULL;
-    return b;
+    if ((*a == NULL && posix_memalign((void **)a, DIRECT_ALIGN, DIRECT_BUFFER) != 0) ||
+        (*b == NULL && posix_memalign((void **)b, DIRECT_ALIGN, DIRECT_BUFFER) != 0)) {
+        errno = ENOMEM;
+        return -1;  // the caller gives back what it got
+    }
+    return 0;
 }
 
 static void give_buffer(char *b) {
-    if (b == NULL) return;
     pthread_mutex_lock(&pool_lock);
+    buffers_out -= 1;
+    if (b == NULL) {
+        pthread_mutex_unlock(&pool_lock);
+        return;
+    }
     if (pool_count < DIRECT_POOL) {
         pool[pool_count++] = b;
         b = NULL;
@@ -122,18 +141,20 @@ CStowSystem_direct_file *CStowSystem_direct_open(const char *path, long long off
         return NULL;
     }
     CStowSystem_direct_file *f = calloc(1, sizeof *f);
-    if (f != NULL) {
-        f->buffer[0] = take_buffer();
-        f->buffer[1] = take_buffer();
-    }
-    if (f == NULL || f->buffer[0] == NULL || f->buffer[1] == NULL) {
-        if (f != NULL) {
-            give_buffer(f->buffer[0]);
-            give_buffer(f->buffer[1]);
-            free(f);
-        }
+    if (f == NULL) {
         close(fd);
         errno = ENOMEM;
+        return NULL;
+    }
+    if (take_buffers(&f->buffer[0], &f->buffer[1]) != 0) {
+        int e = errno;
+        if (e != EBUSY) {  // EBUSY took nothing; otherwise both count as out until given back
+            give_buffer(f->buffer[0]);
+            give_buffer(f->buffer[1]);
+        }
+        free(f);
+        close(fd);
+        errno = e;
         return NULL;
     }
     f->fd = fd;

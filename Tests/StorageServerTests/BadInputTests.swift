@@ -15,6 +15,13 @@ struct BadInputTests {
     }
 
     static let start = Routes.startUpload(testNamespace)
+    /// A multipart form of `fields` text fields of `bytes` bytes each (boundary `XyZ`), then one small file.
+    static func form(fields: Int, bytes: Int) -> Data {
+        var body = ""
+        for i in 0..<fields { body += "--XyZ\r\nContent-Disposition: form-data; name=\"f\(i)\"\r\n\r\n\(String(repeating: "v", count: bytes))\r\n" }
+        body += "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.txt\"\r\n\r\nhello\r\n--XyZ--\r\n"
+        return Data(body.utf8)
+    }
     static func json(_ s: String) -> Data { Data(s.utf8) }
     static let jsonHeaders = [("Content-Type", "application/json")]
 
@@ -153,6 +160,12 @@ struct BadInputTests {
         },
         Case(name: "a mode with file-type bits", status: 400, code: .badRequest) { s in
             try await s.raw.json("PATCH", Routes.file(testNamespace, path("keep.txt")), FilePatch(mode: 0o100644))
+        },
+        Case(name: "a form of 300 parts", status: 413, code: .payloadTooLarge) { s in
+            try await s.raw.send("POST", Routes.formUpload(testNamespace), headers: [("Content-Type", "multipart/form-data; boundary=XyZ")], body: form(fields: 300, bytes: 1))
+        },
+        Case(name: "a form whose fields hold more than 1 MiB", status: 413, code: .payloadTooLarge) { s in
+            try await s.raw.send("POST", Routes.formUpload(testNamespace), headers: [("Content-Type", "multipart/form-data; boundary=XyZ")], body: form(fields: 20, bytes: 60_000))
         },
         Case(name: "an unknown route", status: 404, code: .notFound) { s in
             try await s.raw.send("GET", "/no/such/route")

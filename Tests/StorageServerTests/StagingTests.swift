@@ -75,6 +75,20 @@ struct StagingTests {
         }
     }
 
+    @Test("at most 8 writers hold O_DIRECT buffers at once (128 MiB); the next ones go the usual way")
+    func boundedBuffers() async throws {
+        try await Self.withStore { store, _ in
+            var writers: [any StagedWriter] = []
+            for i in 0..<10 { writers.append(try await store.openStaged("w\(i)", at: 0, expecting: nil)) }
+            let direct = writers.filter { String(describing: type(of: $0)) == "DirectStagedWriter" }.count
+            #expect(direct <= 8 && direct < writers.count, "\(direct) of \(writers.count) writers hold buffers")
+            for i in writers.indices { _ = try await writers[i].finish() }
+            // Given back: a new writer gets buffers again (unless other tests hold them all right now).
+            var again = try await store.openStaged("w-again", at: 0, expecting: nil)
+            _ = try await again.finish()
+        }
+    }
+
     @Test("an empty upload leaves an empty staging file")
     func empty() async throws {
         try await Self.withStore { store, _ in

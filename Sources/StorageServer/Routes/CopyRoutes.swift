@@ -7,16 +7,36 @@ import NIOHTTP1
 import StorageProtocol
 
 /// The tasks of `uploads/copy`, kept in memory (a restart forgets them; their files stay).
+///
+/// Bounded: a finished task is forgotten an hour after it ended, at most `maxTasks` are kept (the
+/// oldest finished go first), and a new task is refused (503) while that many are still running.
 actor CopyTasks {
-    private var tasks: [String: (namespace: Namespace, task: CopyTask)] = [:]
+    static let maxTasks = 1000
+    static let keepFinished: Int64 = 3600  // seconds
+    private var tasks: [String: (namespace: Namespace, task: CopyTask, endedAt: Int64?)] = [:]
 
-    func put(_ task: CopyTask, namespace: Namespace) { tasks[task.id] = (namespace, task) }
-    func get(_ id: String) -> (namespace: Namespace, task: CopyTask)? { tasks[id] }
+    /// Records a new task; false (and nothing recorded) when `maxTasks` are still running.
+    func put(_ task: CopyTask, namespace: Namespace, now: Int64 = Timestamp.nowSeconds()) -> Bool {
+        tasks = tasks.filter { $0.value.endedAt.map { now - $0 < Self.keepFinished } ?? true }
+        if tasks.count >= Self.maxTasks {
+            let finished = tasks.filter { $0.value.endedAt != nil }.sorted { $0.value.endedAt! < $1.value.endedAt! }
+            guard let oldest = finished.first else { return false }
+            tasks[oldest.key] = nil
+        }
+        tasks[task.id] = (namespace, task, nil)
+        return true
+    }
+
+    func get(_ id: String) -> (namespace: Namespace, task: CopyTask)? { tasks[id].map { ($0.namespace, $0.task) } }
+
     func update(_ id: String, _ change: (inout CopyTask) -> Void) {
         guard var entry = tasks[id] else { return }
         change(&entry.task)
+        if entry.task.state == "completed" || entry.task.state == "failed" { entry.endedAt = entry.endedAt ?? Timestamp.nowSeconds() }
         tasks[id] = entry
     }
+
+    var count: Int { tasks.count }
 }
 
 /// `POST /v1.0/uploads/copy`: fetch files from URLs into a namespace.
@@ -63,7 +83,9 @@ extension StowService {
         }
         guard try await store.namespace(ns) != nil else { throw StoreError.namespaceNotFound(ns) }
         let task = CopyTask(id: Self.newID(), progress: 0, attemptsMade: 1, state: "active", files: [], failures: [], timestamp: Timestamp.nowSeconds())
-        await copies.put(task, namespace: ns)
+        guard await copies.put(task, namespace: ns) else {
+            throw APIError(.serviceUnavailable, .unavailable, "\(CopyTasks.maxTasks) copy tasks are running; try again later")
+        }
         let base = baseURL(request)
         let concurrency = max(1, min(body.configuration?.concurrency ?? 4, 16))
         let jobList = jobs

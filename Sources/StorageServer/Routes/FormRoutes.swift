@@ -10,6 +10,11 @@ import StorageProtocol
 /// (comma-separated). Every file part is streamed to its own staging file; all are published
 /// once the whole body has arrived, so a broken request leaves nothing behind.
 extension StowService {
+    /// Parts (files and fields) in one form, and the bytes of all its fields together: a form's
+    /// memory stays bounded whatever it holds (file parts stream to disk).
+    static let maxFormParts = 256
+    static let maxFormFieldBytes = 1 << 20
+
     func addFormRoutes(to router: Router<BasicRequestContext>) {
         router.post("\(Routes.prefix)/v1.0/namespaces/:ns/upload/form") { req, ctx in try await self.formUpload(req, ctx) }
     }
@@ -34,11 +39,15 @@ extension StowService {
         var current: (name: String, filename: String?, contentType: String?)?
         var fieldValue = ByteBuffer()
         var total: Int64 = 0
+        var parts = 0
+        var fieldBytes = 0
         do {
             for try await chunk in request.body {
                 for event in try parser.feed(chunk) {
                     switch event {
                     case .headers(let h):
+                        parts += 1
+                        guard parts <= Self.maxFormParts else { throw APIError(.contentTooLarge, .payloadTooLarge, "a form holds at most \(Self.maxFormParts) parts") }
                         let disposition = parseContentDisposition(h["content-disposition"] ?? "")
                         guard let name = disposition["name"] else { throw APIError.badRequest("a form part has no name") }
                         current = (name, disposition["filename"], h["content-type"])
@@ -58,6 +67,10 @@ extension StowService {
                         } else {
                             var d = data
                             guard fieldValue.readableBytes + d.readableBytes <= 65536 else { throw APIError.badRequest("form field `\(current?.name ?? "")` is longer than 64 KiB") }
+                            fieldBytes += d.readableBytes
+                            guard fieldBytes <= Self.maxFormFieldBytes else {
+                                throw APIError(.contentTooLarge, .payloadTooLarge, "a form's fields hold at most \(Self.maxFormFieldBytes) bytes in all")
+                            }
                             fieldValue.writeBuffer(&d)
                         }
                     case .partEnd:

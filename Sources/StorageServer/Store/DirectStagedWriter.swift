@@ -34,12 +34,14 @@ final class DirectStagedWriter: StagedWriter {
         self.path = path
     }
 
-    /// A writer at `offset`, or nil when this filesystem or offset does not allow O_DIRECT.
+    /// A writer at `offset`, or nil when this filesystem or offset does not allow O_DIRECT, or when
+    /// 8 writers hold their buffers already (16 of 8 MiB at most, whatever the number of uploads).
     static func open(_ path: String, at offset: Int64) async throws -> DirectStagedWriter? {
         guard offset % 4096 == 0 else { return nil }
         let opened: Handle? = try await NIOThreadPool.singleton.runIfActive {
             guard let file = CStowSystem_direct_open(path, offset) else {
-                if errno == EINVAL { return nil }
+                // EINVAL: no O_DIRECT here; EBUSY: the buffers of enough writers are out (memory stays bounded).
+                if errno == EINVAL || errno == EBUSY { return nil }
                 throw Posix.Failure(call: "open", path: path, errno: errno)
             }
             return Handle(file)
