@@ -21,6 +21,8 @@ public final class BlockCache: Sendable {
     struct State {
         var files: [String: FileState] = [:]
         var lastUse: [Key: UInt64] = [:]
+        /// Blocks a segment handed out still refers to, with how many: not evicted meanwhile.
+        var pinned: [Key: Int] = [:]
         var tick: UInt64 = 0
         var bytes: Int64 = 0
         var hits: UInt64 = 0
@@ -64,11 +66,29 @@ public final class BlockCache: Sendable {
                 return nil
             }
             s.tick += 1
-            for i in needed { s.lastUse[Key(etag: etag, index: i)] = s.tick }
+            for i in needed {
+                s.lastUse[Key(etag: etag, index: i)] = s.tick
+                s.pinned[Key(etag: etag, index: i), default: 0] += 1
+            }
             s.hits += 1
-            return FileSegment(file: f.file, offset: range.lowerBound, length: Int(range.count))
+            return FileSegment(file: f.file, offset: range.lowerBound, length: Int(range.count), pin: BlockPin(cache: self, etag: etag, blocks: needed))
         }
     }
+
+    /// The segment holding these blocks is gone: they may be evicted again.
+    func unpin(etag: String, blocks: Range<Int64>) {
+        let over = state.withLock { s -> Bool in
+            for i in blocks {
+                let key = Key(etag: etag, index: i)
+                if let n = s.pinned[key], n > 1 { s.pinned[key] = n - 1 } else { s.pinned[key] = nil }
+            }
+            return s.bytes > capacity
+        }
+        if over { evictIfNeeded() }
+    }
+
+    /// Blocks pinned right now (for tests).
+    public var pinnedBlocks: Int { state.withLock { $0.pinned.count } }
 
     /// The blocks of `blocks` that are not cached.
     public func missing(etag: String, blocks: Range<Int64>) -> [Int64] {
@@ -109,6 +129,8 @@ public final class BlockCache: Sendable {
             let target = capacity * 9 / 10
             for (key, _) in s.lastUse.sorted(by: { $0.value < $1.value }) {
                 guard s.bytes > target else { break }
+                // A reply still splices from it: evicted once that is sent (see `unpin`).
+                if s.pinned[key] != nil { continue }
                 guard var f = s.files[key.etag], f.present.remove(key.index) != nil else {
                     s.lastUse[key] = nil
                     continue
@@ -148,4 +170,19 @@ public final class BlockCache: Sendable {
     public var statistics: Statistics {
         state.withLock { Statistics(bytes: max(0, $0.bytes), capacity: capacity, hits: $0.hits, misses: $0.misses) }
     }
+}
+
+/// A hold on blocks of the cache, released when the last copy of it goes (ARC).
+public final class BlockPin: Sendable {
+    let cache: BlockCache
+    let etag: String
+    let blocks: Range<Int64>
+
+    init(cache: BlockCache, etag: String, blocks: Range<Int64>) {
+        self.cache = cache
+        self.etag = etag
+        self.blocks = blocks
+    }
+
+    deinit { cache.unpin(etag: etag, blocks: blocks) }
 }

@@ -124,6 +124,16 @@ public struct FileSegment: Sendable {
     public var file: CacheFile
     public var offset: Int64
     public var length: Int
+    /// Keeps the block cache from evicting these bytes until the segment is gone (the reply that
+    /// splices them has been sent): eviction punches holes, and a hole reads as zeros.
+    public var pin: BlockPin?
+
+    public init(file: CacheFile, offset: Int64, length: Int, pin: BlockPin? = nil) {
+        self.file = file
+        self.offset = offset
+        self.length = length
+        self.pin = pin
+    }
 }
 
 /// `statfs`.

@@ -1,0 +1,69 @@
+import Foundation
+import StowFS
+import Testing
+
+/// Eviction and the segments handed to FuseKit: a reply splices bytes from the cache file after
+/// the engine found them cached, so eviction must not punch them out in between.
+@Suite("block cache: pinned segments")
+struct BlockCacheTests {
+    static let blockSize = 4096
+
+    func withCache(_ body: (BlockCache) throws -> Void) throws {
+        let dir = FileManager.default.temporaryDirectory.path + "/stow-blocks-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        // The smallest cache there is: 16 blocks.
+        try body(try BlockCache(directory: dir, blockSize: Self.blockSize, capacity: 0))
+    }
+
+    static func store(_ cache: BlockCache, etag: String, block: Int64) throws {
+        let file = try cache.file(etag: etag)
+        try file.write([UInt8](repeating: UInt8(truncatingIfNeeded: block &+ 1), count: blockSize), at: block * Int64(blockSize))
+        cache.didStore(etag: etag, file: file, block: block, length: blockSize)
+    }
+
+    @Test("a segment's blocks survive eviction while the segment lives, and are evicted after")
+    func pinnedSurvivesEviction() throws {
+        try withCache { cache in
+            try Self.store(cache, etag: "a", block: 0)
+            var segment: FileSegment? = try #require(cache.segment(etag: "a", range: 0..<Int64(Self.blockSize)))
+            #expect(cache.pinnedBlocks == 1)
+            // 40 more blocks through a 16-block cache: block 0 is the least recently used.
+            for b in 1...40 { try Self.store(cache, etag: "b", block: Int64(b)) }
+            let bytes = segment!.file.read(at: segment!.offset, length: segment!.length)
+            #expect(bytes.count == Self.blockSize && bytes.allSatisfy { $0 == 1 }, "the pinned block was punched out (\(bytes.filter { $0 != 1 }.count) bytes wrong)")
+            #expect(cache.missing(etag: "a", blocks: 0..<1).isEmpty)
+            segment = nil
+            #expect(cache.pinnedBlocks == 0)
+            for b in 41...60 { try Self.store(cache, etag: "b", block: Int64(b)) }
+            #expect(cache.missing(etag: "a", blocks: 0..<1) == [0])
+        }
+    }
+
+    @Test("many readers and writers at once: every byte read from a segment is the block's")
+    func stress() async throws {
+        let dir = FileManager.default.temporaryDirectory.path + "/stow-blocks-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let cache = try BlockCache(directory: dir, blockSize: Self.blockSize, capacity: 0)
+        let wrong = try await withThrowingTaskGroup(of: Int.self) { group in
+            for worker in 0..<4 {
+                group.addTask {
+                    var rng = SystemRandomNumberGenerator()
+                    var bad = 0
+                    for _ in 0..<2000 {
+                        let block = Int64.random(in: 0..<64, using: &rng)
+                        // Each block has one fetcher (the engine's InflightBlocks): worker w fetches blocks ≡ w mod 4.
+                        let mine = Int64(worker) + 4 * Int64.random(in: 0..<16, using: &rng)
+                        if !cache.missing(etag: "f", blocks: mine..<(mine + 1)).isEmpty { try Self.store(cache, etag: "f", block: mine) }
+                        guard let s = cache.segment(etag: "f", range: (block * Int64(Self.blockSize))..<((block + 1) * Int64(Self.blockSize))) else { continue }
+                        if worker % 2 == 0 { await Task.yield() }
+                        if s.file.read(at: s.offset, length: s.length) != [UInt8](repeating: UInt8(truncatingIfNeeded: block &+ 1), count: Self.blockSize) { bad += 1 }
+                    }
+                    return bad
+                }
+            }
+            return try await group.reduce(0, +)
+        }
+        #expect(wrong == 0)
+        #expect(cache.pinnedBlocks == 0)
+    }
+}
