@@ -1,7 +1,7 @@
 # StowFS — one entry point.
 #   make run    build release binaries, start a local stowd and mount the namespace `demo` at ./mnt (MNT=…)
 #   make stop   store what is queued and unmount it
-#   make test   install what is missing, build, run every test
+#   make test   install what is missing, build, run every test (Swift's, then the hostile-input suite and schemathesis against stowd)
 SHELL := /bin/bash
 SWIFT ?= swift
 PREFIX ?= /usr/local
@@ -29,8 +29,10 @@ release: deps
 	$(SWIFT) build -c release
 
 test: deps
-	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build
+	@scripts/timed.sh "swift build --build-tests" $(SWIFT) build --build-tests
+	@scripts/timed.sh "swift test" $(SWIFT) test --skip-build
+	@scripts/install-deps.sh hostile
+	@scripts/timed.sh "hostile input and schemathesis" python3 -m pytest Tests/hostile -q
 
 run: release
 	@scripts/run.sh "$(MNT)"

@@ -93,6 +93,7 @@ public final class StowServer: Sendable {
         let config = service.config
         return Application(
             router: router,
+            server: .http1(configuration: .init(additionalChannelHandlers: [ExpectContinueHandler()])),
             configuration: ApplicationConfiguration(address: .hostname(config.host, port: config.port), serverName: "stowd"),
             onServerRunning: { channel in
                 let port = channel.localAddress?.port ?? config.port

@@ -58,14 +58,18 @@ final class StowService: Sendable {
 
     /// Decodes a JSON body of at most `maxJSONBody` bytes.
     func decode<T: Decodable>(_ type: T.Type, from request: Request) async throws -> T {
-        var request = request
-        let buffer: ByteBuffer
-        do {
-            buffer = try await request.collectBody(upTo: config.maxJSONBody)
-        } catch {
-            throw APIError(.contentTooLarge, .payloadTooLarge, "the JSON body is larger than \(config.maxJSONBody) bytes")
+        guard let value = try await decodeIfPresent(type, from: request) else { throw APIError.badRequest("the request needs a JSON body") }
+        return value
+    }
+
+    /// Decodes an optional JSON body: an empty body gives nil.
+    func decodeIfPresent<T: Decodable>(_ type: T.Type, from request: Request) async throws -> T? {
+        let buffer = try await collectJSON(request)
+        guard buffer.readableBytes > 0 else { return nil }
+        // Foundation's decoder lets invalid UTF-8 and raw NULs through in values it skips: JSON has neither.
+        guard String(validating: buffer.readableBytesView, as: UTF8.self) != nil, !buffer.readableBytesView.contains(0) else {
+            throw APIError.badRequest("malformed JSON body: not valid UTF-8, or a raw NUL byte")
         }
-        guard buffer.readableBytes > 0 else { throw APIError.badRequest("the request needs a JSON body") }
         do {
             return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView))
         } catch let e as DecodingError {
@@ -73,15 +77,20 @@ final class StowService: Sendable {
         }
     }
 
-    /// Decodes an optional JSON body: an empty body gives nil.
-    func decodeIfPresent<T: Decodable>(_ type: T.Type, from request: Request) async throws -> T? {
+    /// A JSON body, whole: 413 past `maxJSONBody`, 400 when it breaks off.
+    func collectJSON(_ request: Request) async throws -> ByteBuffer {
+        // A declared length past the limit is refused before any of the body is read (a client
+        // waiting on `Expect: 100-continue` hears it at once).
+        if let raw = request.headers[.contentLength], (HTTPNumber.nonNegative(raw) ?? .max) > config.maxJSONBody {
+            throw APIError(.contentTooLarge, .payloadTooLarge, "the JSON body is larger than \(config.maxJSONBody) bytes")
+        }
         var request = request
-        let buffer = try await request.collectBody(upTo: config.maxJSONBody)
-        guard buffer.readableBytes > 0 else { return nil }
         do {
-            return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView))
-        } catch let e as DecodingError {
-            throw APIError.badRequest("malformed JSON body: \(APIError.describe(e))")
+            return try await request.collectBody(upTo: config.maxJSONBody)
+        } catch is NIOTooManyBytesError {
+            throw APIError(.contentTooLarge, .payloadTooLarge, "the JSON body is larger than \(config.maxJSONBody) bytes")
+        } catch {
+            throw APIError(.badRequest, .sizeMismatch, "the JSON body broke off before its end")
         }
     }
 

@@ -83,7 +83,10 @@ struct MultipartParser {
                     if buffer.readableBytes > Self.maxHeaderBytes { throw Malformed(description: "part headers are too long") }
                     return events
                 }
-                let text = buffer.readString(length: end) ?? ""
+                // Never repaired: a file name of invalid UTF-8 would become another name (U+FFFD).
+                guard let raw = buffer.readBytes(length: end), let text = String(validating: raw, as: UTF8.self) else {
+                    throw Malformed(description: "part headers are not valid UTF-8")
+                }
                 buffer.moveReaderIndex(forwardBy: 4)
                 var headers: [String: String] = [:]
                 for line in text.split(separator: "\r\n") {

@@ -18,10 +18,16 @@ extension StowService {
         let ns = try namespace(context)
         try authorize(request, ns.name, .write)
         var body: ByteBuffer
+        let most = 4 + config.maxJSONBody + Int(BatchUpload.maxBytes)
+        if let raw = request.headers[.contentLength], (HTTPNumber.nonNegative(raw) ?? .max) > most {
+            throw APIError(.contentTooLarge, .payloadTooLarge, "a batch carries at most \(BatchUpload.maxBytes) bytes of content")
+        }
         do {
             body = try await request.body.collect(upTo: 4 + config.maxJSONBody + Int(BatchUpload.maxBytes))
+        } catch is NIOTooManyBytesError {
+            throw APIError(.contentTooLarge, .payloadTooLarge, "a batch carries at most \(BatchUpload.maxBytes) bytes of content")
         } catch {
-            throw APIError(.contentTooLarge, .payloadTooLarge, "a batch carries at most \(BatchUpload.maxBytes) bytes of content: \(error)")
+            throw APIError(.badRequest, .sizeMismatch, "the batch's body broke off before its end")
         }
         guard let length = body.readInteger(as: UInt32.self) else {
             throw APIError.badRequest("a batch starts with its declaration's length (4 bytes, big-endian), then the declaration (JSON)")

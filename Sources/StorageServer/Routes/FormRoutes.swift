@@ -41,6 +41,7 @@ extension StowService {
         var total: Int64 = 0
         var parts = 0
         var fieldBytes = 0
+        var bodyRead = false
         do {
             for try await chunk in request.body {
                 for event in try parser.feed(chunk) {
@@ -78,12 +79,16 @@ extension StowService {
                             staged[staged.count - 1].size = try await w.finish()
                             writer = nil
                         } else if let current {
-                            fields[current.name] = fieldValue.readString(length: fieldValue.readableBytes) ?? ""
+                            guard let text = String(validating: fieldValue.readableBytesView, as: UTF8.self) else {
+                                throw APIError.badRequest("form field `\(current.name)` is not valid UTF-8")
+                            }
+                            fields[current.name] = text
                         }
                         current = nil
                     }
                 }
             }
+            bodyRead = true
             guard parser.isDone else { throw APIError.badRequest("the multipart body ended before its closing boundary") }
             guard !staged.isEmpty else { throw APIError.badRequest("the form holds no file part") }
             let tags = fields["tags"].map { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty } }
@@ -113,6 +118,10 @@ extension StowService {
             if var w = writer { await w.abandon() }
             for part in staged { try? await blobs.deleteStaged(part.id) }
             if let m = error as? MultipartParser.Malformed { throw APIError.badRequest("malformed multipart body: \(m.description)") }
+            // The body stream itself failed (the client went away, a length that lied): nothing was stored.
+            if !bodyRead && !(error is APIError || error is BlobStoreError || error is NameError || error is StoreError) {
+                throw APIError(.badRequest, .sizeMismatch, "the multipart body broke off before its end")
+            }
             throw error
         }
     }

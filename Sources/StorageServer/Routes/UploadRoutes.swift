@@ -383,13 +383,19 @@ extension StowService {
     /// A PUT starts at 0 and replaces what was there; a PATCH must name the current size as its
     /// offset (409 otherwise). With a checksum, a chunk that does not match is cut off again (460).
     func receive(_ request: Request, into upload: UploadRecord, at offset: Int64, checksum: ChunkChecksum?) async throws -> Int64 {
-        try await activeUploads.exclusively(upload.id) {
+        // NIO takes any Content-Length a UInt64 holds; one past Int64.max is no size an upload can have.
+        if let raw = request.headers[.contentLength], HTTPNumber.nonNegative(raw) == nil {
+            throw APIError(.contentTooLarge, .payloadTooLarge, "Content-Length \(raw.prefix(40)) is larger than any upload")
+        }
+        return try await activeUploads.exclusively(upload.id) {
             // Re-read under the lock: a complete (or DELETE) that ran between this request's first
             // look and now has moved or removed the staging file, and writing would make a new one
             // that nothing ever collects.
             guard let fresh = try await store.upload(id: upload.id), fresh.state == .open else {
                 throw APIError.conflict(.conflict, "this upload has completed or was abandoned already")
             }
+            // A body arriving keeps the session alive for a lifetime from now (and from its end, below).
+            try? await store.extendUpload(id: upload.id, until: Timestamp.nowSeconds() + config.uploadLinkLifetime)
             let current = try await blobs.stagedSize(upload.id) ?? 0
             if request.method == .patch && offset != current {
                 throw APIError(.conflict, .offsetMismatch, "Upload-Offset is \(offset) but the server has \(current) bytes; resume from \(current)")
