@@ -43,6 +43,9 @@ public struct MountConfiguration: Sendable {
     public var readOnly: Bool = false
     /// How long signed read URLs are asked for.
     public var signedURLLifetime: Int = 3600
+    /// How long `ln` of a file still owed, or reading its `user.stow.url`, waits for its upload
+    /// before failing with EIO (the upload stays queued). fsync and sync are not bounded by it.
+    public var uploadWaitLimit: Duration = .seconds(60)
 
     public init(scope: Scope, cacheDirectory: String) {
         self.scope = scope

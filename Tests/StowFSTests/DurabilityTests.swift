@@ -28,6 +28,23 @@ struct DurabilityTests {
         }
     }
 
+    @Test("with the server away, ln and user.stow.url of a file still owed fail with EIO after the wait limit; the file stays queued")
+    func boundedWaits() async throws {
+        let faulty = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))
+        try await withEngine(store: faulty, configure: { $0.uploadWaitLimit = .milliseconds(500) }) { h in
+            faulty.isOffline = true
+            try await h.write("owed.txt", "not yet")
+            let ino = try await h.resolve("owed.txt")
+            let started = ContinuousClock.now
+            await #expect(throws: FSError.self) { _ = try await h.fs.getxattr(ino, name: "user.stow.url") }
+            #expect(ContinuousClock.now - started < .seconds(10))
+            #expect(await h.fs.status().queue.files == 1)
+            faulty.isOffline = false
+            await h.fs.sync()
+            #expect(try await h.stored("owed.txt") == "not yet")
+        }
+    }
+
     @Test("connections that drop halfway and 500s at complete do not lose or mangle a file")
     func flaky() async throws {
         let faulty = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))

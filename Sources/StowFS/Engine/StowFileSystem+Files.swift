@@ -756,5 +756,16 @@ extension StowFileSystem {
         guard let first = failures.first else { return }
         throw FSError.io("the server refused the upload of \(first.path): \(first.reason)")
     }
+
+    /// Waits (bounded) until these uploads are stored: EIO for a refusal, or when the server did not take them in time.
+    func waitForUploads(_ ids: Set<Int64>) async throws(FSError) {
+        // Bounded (`uploadWaitLimit`): fsync and sync are not, on purpose — they are the durability
+        // barrier, and `unmount --no-wait` is the way out of waiting for a server that is away.
+        let outcome = await queue.waitUntilDone(ids, timeout: configuration.uploadWaitLimit)
+        try Self.check(outcome.failures)
+        if let first = outcome.pending.first {
+            throw FSError.io("\(first.path) is not on the server yet (\(first.reason == "refused" ? "still uploading" : first.reason)); it stays queued")
+        }
+    }
 }
 

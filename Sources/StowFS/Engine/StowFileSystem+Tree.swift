@@ -297,7 +297,7 @@ extension StowFileSystem {
         }
         for ino in inodes { try await submit(ino, onlyIfClosed: false) }
         let ids = await queue.records(under: location).map(\.id)
-        try Self.check(await queue.waitUntilDone(Set(ids)))
+        try await waitForUploads(Set(ids))
     }
 
     /// A hard link `newName` in `newParent` to `ino`.

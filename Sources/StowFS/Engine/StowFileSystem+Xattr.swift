@@ -157,7 +157,7 @@ extension StowFileSystem {
         if state.withLock({ $0.inodes[ino]?.hasLocalState }) == true {
             try await submit(ino, onlyIfClosed: false)
             let owed = state.withLock { $0.inodes[ino]?.owedUploads ?? [] }
-            try Self.check(await queue.waitUntilDone(Set(owed)))
+            try await waitForUploads(Set(owed))
         }
         let (location, isPublic) = try state.withLock { (s: inout State) throws(FSError) -> (Location, Bool) in
             (try self.location(s, ino), try inode(s, ino).meta.isPublic)

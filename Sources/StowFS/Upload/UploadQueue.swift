@@ -108,7 +108,8 @@ public actor UploadQueue {
     private var smallSlots = 0
 
     func markCompleting(_ id: Int64) { completing.insert(id) }
-    private var waiters: [(ids: Set<Int64>, continuation: CheckedContinuation<Void, Never>)] = []
+    private var waiters: [(key: Int, ids: Set<Int64>, continuation: CheckedContinuation<Void, Never>)] = []
+    private var nextWaiter = 0
     private var onFinished: (@Sendable (Finished) async -> Void)?
     private var scheduler: Task<Void, Never>?
     private let wake = Wakeup()
@@ -360,15 +361,40 @@ public actor UploadQueue {
     /// a token renewed, space freed), so a wait answers for the server as it is now.
     @discardableResult
     public func waitUntilDone(_ ids: Set<Int64>) async -> [Failure] {
+        await waitUntilDone(ids, timeout: nil).failures
+    }
+
+    /// What a bounded wait ended with: the refusals, and the records still on their way when the
+    /// time ran out (the server away: they stay queued).
+    public struct WaitOutcome: Sendable {
+        public var failures: [Failure]
+        public var pending: [Failure]
+    }
+
+    /// Waits as `waitUntilDone(_:)` does, for at most `timeout`.
+    public func waitUntilDone(_ ids: Set<Int64>, timeout: Duration?) async -> WaitOutcome {
         let remaining = ids.filter { records[$0] != nil }
-        if remaining.isEmpty { return [] }
+        if remaining.isEmpty { return WaitOutcome(failures: [], pending: []) }
         retryNow(remaining)
         // A small batch lingering for more files goes now: somebody waits for it.
         wake.signal()
-        await withCheckedContinuation { waiters.append((remaining, $0)) }
-        return remaining.compactMap { records[$0] }.filter { $0.state == .failed }.sorted { $0.id < $1.id }.map {
-            Failure(id: $0.id, path: $0.location.description, reason: $0.lastError ?? "refused")
-        }
+        let key = nextWaiter
+        nextWaiter += 1
+        let timer = timeout.map { t in Task { [weak self] in
+            try? await Task.sleep(for: t)
+            await self?.expireWaiter(key)
+        } }
+        await withCheckedContinuation { waiters.append((key, remaining, $0)) }
+        timer?.cancel()
+        func describe(_ r: UploadJournal.Record) -> Failure { Failure(id: r.id, path: r.location.description, reason: r.lastError ?? "refused") }
+        let left = remaining.compactMap { records[$0] }.sorted { $0.id < $1.id }
+        return WaitOutcome(failures: left.filter { $0.state == .failed }.map(describe), pending: left.filter { $0.state != .failed }.map(describe))
+    }
+
+    /// A bounded wait's time ran out: it returns with what is still pending.
+    private func expireWaiter(_ key: Int) {
+        guard let i = waiters.firstIndex(where: { $0.key == key }) else { return }
+        waiters.remove(at: i).continuation.resume()
     }
 
     /// Failed records among `ids` go again now; returns how many.
