@@ -220,6 +220,11 @@ public final class StowFileSystem: Sendable {
             if names.count > 4096 { throw FSError.io("inode \(ino) has no path to the root") }
         }
         names.reverse()
+        return try location(names: names)
+    }
+
+    /// The location of a path given as its names from the mount's root.
+    func location(names: [String]) throws(FSError) -> Location {
         switch configuration.scope {
         case .namespace(let ns):
             return Location(namespace: ns, path: try Self.path(names))
@@ -233,15 +238,7 @@ public final class StowFileSystem: Sendable {
     /// The location of a path inside the mount (`a/b.txt`, as the control socket's commands name
     /// files: relative to the mountpoint), without looking anything up.
     func location(ofMountPath path: String) throws(FSError) -> Location {
-        let names = path.split(separator: "/").map(String.init).filter { $0 != "." }
-        switch configuration.scope {
-        case .namespace(let ns):
-            return Location(namespace: ns, path: try Self.path(names))
-        case .all:
-            guard let first = names.first else { return Location(namespace: nil, path: .root) }
-            guard let ns = try? Namespace(first) else { throw FSError.notFound }
-            return Location(namespace: ns, path: try Self.path(Array(names.dropFirst())))
-        }
+        try location(names: path.split(separator: "/").map(String.init).filter { $0 != "." })
     }
 
     static func path(_ names: [String]) throws(FSError) -> StoragePath {
