@@ -44,7 +44,7 @@ struct HostileInputTests {
                 \r
                 b
                 """.utf8)
-            let answer = try RawSocket.exchange(s.url, request, closeAfterSending: true)
+            let answer = try RawSocket.exchange(s.url, request, closeAfterSending: true, timeout: .seconds(60))
             #expect(RawSocket.status(answer) == 413, "\(String(decoding: answer, as: UTF8.self))")
             #expect(try await s.raw.send("GET", Routes.health).status == 200)
             #expect(try await s.admin.uploadedBytes(session) == 1)

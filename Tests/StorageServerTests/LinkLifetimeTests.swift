@@ -39,7 +39,8 @@ struct LinkLifetimeTests {
     func idleLinkExpires() async throws {
         try await withServer(configure: { $0.uploadLinkLifetime = 1 }) { s in
             let session = try await s.admin.startUpload(testNamespace, StartUploadRequest(fileName: "idle", size: 2))
-            try await Task.sleep(for: .milliseconds(2100))
+            // Idle for more than two lifetimes (a lifetime after its expiry): over.
+            try await Task.sleep(for: .milliseconds(3200))
             let answer = try await s.raw.send("PUT", session.upload.url, token: nil, body: Data("ab".utf8))
             #expect(answer.status == 403, "\(answer.status) \(answer.text)")
         }

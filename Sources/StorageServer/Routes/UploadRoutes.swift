@@ -311,7 +311,9 @@ extension StowService {
             // The link was signed here, but long ago: it still serves an upload that keeps making
             // progress (each body moves the session's expiry on), so a large upload on a slow link
             // is not cut off at the link's lifetime and started again forever.
-            guard let live = try await store.upload(id: id), live.state == .open, live.expiresAt > now else {
+            // Alive: it made progress within a lifetime, give or take one more for a request that
+            // was slow to arrive (a loaded server, a congested link) — idle past that, it is over.
+            guard let live = try await store.upload(id: id), live.state == .open, live.expiresAt + config.uploadLinkLifetime > now else {
                 throw URLSigner.Rejection.expired
             }
             upload = live
