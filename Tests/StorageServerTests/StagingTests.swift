@@ -8,7 +8,7 @@ import Testing
 /// stowd's staging files: written around the page cache where the filesystem allows it
 /// (whole 4 KiB blocks from aligned buffers, the last partial block the usual way), the usual
 /// way at an offset that is not a block boundary.
-@Suite("staging files")
+@Suite("staging files", .serialized)  // boundedBuffers takes every O_DIRECT buffer for a moment: aroundThePageCache must not run meanwhile
 struct StagingTests {
     static func withStore(_ body: (LocalBlobStore, String) async throws -> Void) async throws {
         let root = FileManager.default.temporaryDirectory.path + "/stowd-staging-\(UUID().uuidString.prefix(8))"
