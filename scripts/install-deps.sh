@@ -4,7 +4,7 @@
 set -euo pipefail
 
 # `install-deps.sh bench` adds what make bench compares against and measures with.
-packages=(libfuse3-dev fuse3 libsqlite3-dev pkg-config attr rsync curl systemd)
+packages=(libfuse3-dev fuse3 libsqlite3-dev pkg-config attr rsync curl systemd openssl)
 if [ "${1:-}" = "bench" ]; then packages=(libfuse3-dev fuse3 pkg-config gcc python3 rclone fio); fi
 missing=()
 for p in "${packages[@]}"; do
