@@ -13,7 +13,7 @@ if [ "${1:-}" = "hostile" ]; then
     python3 -c 'import pytest, schemathesis' || { echo "install them with: python3 -m pip install -r Tests/hostile/requirements.txt" >&2; exit 1; }
     exit 0
 fi
-packages=(libfuse3-dev fuse3 libsqlite3-dev pkg-config attr rsync curl systemd)
+packages=(libfuse3-dev fuse3 libsqlite3-dev pkg-config attr rsync curl systemd openssl)
 if [ "${1:-}" = "bench" ]; then packages=(libfuse3-dev fuse3 pkg-config gcc python3 rclone fio); fi
 missing=()
 for p in "${packages[@]}"; do

@@ -6,6 +6,9 @@ public struct MountOptions: Sendable {
     public var mountpoint: String
     public var endpoint: String?
     public var token: String?
+    /// A PEM file of the certificate authorities an https endpoint's certificate must verify
+    /// against; nil: the system's trust store. Not used by the embedded (plain http) server.
+    public var caFile: String?
     public var cacheDirectory: String?
     public var cacheSize: Int64 = 2 << 30
     public var fuseOptions: [String] = []

@@ -49,6 +49,8 @@ public enum MountRunner {
             token = server.token
         }
         var storeConfig = HTTPObjectStore.Configuration(endpoint: endpoint, token: token)
+        // The embedded server is plain http on loopback: a CA file is for a server given by --endpoint.
+        storeConfig.caFile = embedded == nil ? options.caFile : nil
         // A filesystem must answer: metadata calls give up after 15 s (twice), and the caller sees EIO
         // (uploads are not affected: they stay queued and retry on their own schedule).
         storeConfig.requestTimeout = .seconds(15)

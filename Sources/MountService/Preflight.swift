@@ -66,6 +66,11 @@ public enum Preflight {
                 throw MountProblem("the server at \(endpoint) rejected the token", fix: "check STOWFS_TOKEN or --token-file")
             case .forbidden:
                 throw MountProblem("the token may not list namespaces on \(endpoint)", fix: "use a token with read access")
+            case .tlsFailure:
+                throw MountProblem(
+                    "cannot connect to the server at \(endpoint) securely: \(e.message)",
+                    fix: "if the server's certificate comes from a private CA, give that CA's certificate with --ca-file FILE "
+                        + "(or ca_file in the config file)")
             default:
                 let why = e.message.replacingOccurrences(of: "cannot reach \(endpoint): ", with: "")
                 throw MountProblem("cannot reach the server at \(endpoint): \(why)", fix: "is stowd running there? check --endpoint (or endpoint in the config file)")

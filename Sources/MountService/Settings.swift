@@ -1,5 +1,6 @@
 import Foundation
 public import Logging
+import StorageClient
 import StorageProtocol
 #if canImport(Glibc)
 import Glibc
@@ -14,6 +15,7 @@ func userHomeDirectory(_ environment: [String: String]) -> String {
 public enum SettingKey: String, CaseIterable, Sendable {
     case endpoint
     case tokenFile = "token_file"
+    case caFile = "ca_file"
     case cacheDir = "cache_dir"
     case cacheSize = "cache_size"
     case attrTTL = "attr_ttl"
@@ -34,7 +36,7 @@ public enum SettingKey: String, CaseIterable, Sendable {
         case .parallel: "8"
         case .logLevel: "info"
         case .umask: "022"
-        case .endpoint, .tokenFile, .cacheDir, .uid, .gid: nil
+        case .endpoint, .tokenFile, .caFile, .cacheDir, .uid, .gid: nil
         }
     }
 
@@ -43,6 +45,7 @@ public enum SettingKey: String, CaseIterable, Sendable {
         switch self {
         case .endpoint: "a local stowd started beside stowfs"
         case .tokenFile: "none (STOWFS_TOKEN, or the local stowd's own token)"
+        case .caFile: "none (the system's trust store)"
         case .cacheDir: "~/.cache/stowfs/<server>/<namespace>"
         case .uid: "yours (\(getuid()))"
         case .gid: "yours (\(getgid()))"
@@ -130,7 +133,8 @@ public struct ResolvedSettings: Sendable {
                 if key == .umask, case .integer(let i) = entry.value {
                     text = String(String(i, radix: 8).reversed()).padding(toLength: 3, withPad: "0", startingAt: 0).reversed().map(String.init).joined()
                 }
-                if key == .tokenFile, !text.hasPrefix("/") {
+                // A relative file is relative to the config file (`~/…` is the user's home).
+                if key == .tokenFile || key == .caFile, !text.hasPrefix("/"), !(key == .caFile && text.hasPrefix("~")) {
                     text = ((file.path as NSString).deletingLastPathComponent as NSString).appendingPathComponent(text)
                 }
                 settings.values[key] = Value(text: text, source: .file(file.path, line: entry.line))
@@ -140,7 +144,9 @@ public struct ResolvedSettings: Sendable {
             settings.tokenFromEnvironment = token
         }
         for (key, text) in flags {
-            settings.values[key] = Value(text: text, source: .flag(key.flag))
+            // A CA file is read by the mount process, which may not share the shell's folder.
+            let given = key == .caFile ? URL(fileURLWithPath: (text as NSString).expandingTildeInPath).standardizedFileURL.path : text
+            settings.values[key] = Value(text: given, source: .flag(key.flag))
         }
         return settings
     }
@@ -215,6 +221,18 @@ public struct ResolvedSettings: Sendable {
                 throw problem(.endpoint, "is not an http(s) URL", example: "http://127.0.0.1:8420")
             }
             options.endpoint = e.text
+        }
+        if let ca = values[.caFile] {
+            let path = (ca.text as NSString).expandingTildeInPath
+            do {
+                try HTTPObjectStore.checkCAFile(path)
+            } catch {
+                throw MountProblem(
+                    "ca_file: \(error.message) (from \(ca.source))",
+                    fix: "give the PEM file of the certificate authority that signed the server's certificate: "
+                        + "ca_file = \"/etc/stowfs/ca.pem\" in the config file, or --ca-file FILE")
+            }
+            options.caFile = path
         }
         options.token = try token()?.value
         if options.endpoint != nil && options.token == nil {

@@ -28,6 +28,10 @@ public final class HTTPObjectStore: ObjectStore {
         /// An upload or download that moves no byte for this long fails.
         public var idleTimeout: Duration = .seconds(60)
         public var maxConnectionsPerHost: Int = 32
+        /// For an `https` endpoint: a PEM file of the certificate authorities that sign the server's
+        /// certificate (a private CA). Nil: the system's trust store. A certificate that does not
+        /// verify fails every call with a `StorageError` of kind `tlsFailure`.
+        public var caFile: String?
 
         public init(endpoint: String, token: String?) {
             self.endpoint = endpoint.hasSuffix("/") ? String(endpoint.dropLast()) : endpoint
@@ -51,6 +55,8 @@ public final class HTTPObjectStore: ObjectStore {
         // own retries would hold every request until the connect timeout: 20 s before "cannot reach").
         c.connectionPool.retryConnectionEstablishment = false
         c.decompression = .disabled
+        // Without a CA file AHC's own default applies: the system's trust store.
+        if let caFile = configuration.caFile { c.tlsConfiguration = Self.tlsConfiguration(caFile: caFile) }
         client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: c)
     }
 
@@ -107,6 +113,7 @@ public final class HTTPObjectStore: ObjectStore {
     func transportError(_ error: any Error) -> StorageError {
         if let e = error as? StorageError { return e }
         if error is CancellationError || Task.isCancelled { return StorageError(.cancelled, "cancelled") }
+        if let e = tlsError(error) { return e }
         return StorageError(.unavailable, "cannot reach \(configuration.endpoint): \(Self.transportProblem(error))")
     }
 
@@ -526,7 +533,7 @@ public final class HTTPObjectStore: ObjectStore {
         do {
             response = try await client.execute(request, timeout: .hours(24))
         } catch {
-            throw StorageError(.unavailable, "cannot reach \(configuration.endpoint): \(Self.transportProblem(error))")
+            throw transportError(error)
         }
         guard response.status == .ok else {
             let body = try await response.body.collect(upTo: 1 << 20)

@@ -34,6 +34,10 @@ public struct StorageError: Error, Sendable, Equatable, CustomStringConvertible 
         case cancelled
         /// A local file (the upload's source, or a download's target) could not be used.
         case localIO
+        /// https failed: the server's certificate does not verify (against `caFile`, or the system's
+        /// trust store), the server does not speak TLS, or the CA file cannot be used. Not transient:
+        /// trying again does not help until the certificate or the settings change.
+        case tlsFailure
     }
 
     public var kind: Kind

@@ -7,6 +7,8 @@ public struct ServerConfiguration: Sendable {
     public var port: Int = 0
     /// The base URL put into links (`upload.url`, `cdn`); default: from the request's Host header.
     public var publicURL: String?
+    /// Serve https with this certificate and key; nil (the default, and the embedded server's): plain http.
+    public var tls: TLSFiles?
     public var tokens: TokenStore
     /// How long a storage link (upload URL) stays valid, in seconds.
     public var uploadLinkLifetime: Int64 = 1800
@@ -34,6 +36,22 @@ public struct ServerConfiguration: Sendable {
     public var copyAllowedHosts: [String] = []
     /// Who may read `/metrics`: anyone who reaches the port (the default), only an admin token, or nobody.
     public var metricsAccess: MetricsAccess = .open
+
+    /// The PEM files an https server presents (`stowd --tls-cert FILE --tls-key FILE`).
+    public struct TLSFiles: Sendable, Equatable {
+        /// The server's certificate, then the intermediate certificates that lead to its CA, if any.
+        public var certificateChain: String
+        /// The certificate's private key.
+        public var privateKey: String
+
+        public init(certificateChain: String, privateKey: String) {
+            self.certificateChain = certificateChain
+            self.privateKey = privateKey
+        }
+    }
+
+    /// The scheme of the server's URL and of the links it makes: `https` with `tls`, else `http`.
+    public var scheme: String { tls == nil ? "http" : "https" }
 
     /// Who may read `/metrics`.
     public enum MetricsAccess: String, Sendable, CaseIterable {

@@ -3,14 +3,17 @@ import Foundation
 import Prometheus
 import HTTPTypes
 import Hummingbird
+import HummingbirdCore
 public import Logging
 import NIOCore
+import NIOSSL
 import ServiceLifecycle
 public import UnixSignals
 import StorageProtocol
 import Synchronization
 
-/// The storage service: opens a data directory and serves the API of PROTOCOL.md over HTTP.
+/// The storage service: opens a data directory and serves the API of PROTOCOL.md over HTTP, or
+/// over https when the configuration has `tls` (a certificate and key loaded and checked by `init`).
 ///
 /// ```swift
 /// let server = try StowServer(configuration: config, logger: logger)
@@ -24,9 +27,13 @@ public final class StowServer: Sendable {
     private let group = Mutex<ServiceGroup?>(nil)
     /// The exclusive lock on the data directory, held for the server's lifetime.
     private let lockDescriptor: Int32
+    /// The certificate and key of an https server; nil for plain http.
+    private let tlsConfiguration: TLSConfiguration?
 
     public init(configuration: ServerConfiguration, logger: Logger = Logger(label: "stowd")) throws {
         let dir = configuration.dataDirectory
+        // Before the lock: a certificate that cannot serve is said before anything is opened.
+        tlsConfiguration = try configuration.tls.map { files throws(ServerError) in try ServerTLS.configuration(files) }
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         guard let lock = try Posix.lockExclusively(dir + "/stowd.lock") else {
             throw ServerError(message: "another stowd is already using \(dir); stop it, or give this one its own --data-dir")
@@ -93,18 +100,21 @@ public final class StowServer: Sendable {
         let config = service.config
         return Application(
             router: router,
-            server: .http1(configuration: .init(additionalChannelHandlers: [ExpectContinueHandler()])),
+            server: tlsConfiguration.map { HTTPSChannel.builder(tlsConfiguration: $0) } ?? .http1(configuration: Self.http1Configuration),
             configuration: ApplicationConfiguration(address: .hostname(config.host, port: config.port), serverName: "stowd"),
             onServerRunning: { channel in
                 let port = channel.localAddress?.port ?? config.port
                 let host = config.host.contains(":") ? "[\(config.host)]" : config.host
-                let url = "http://\(host):\(port)"
+                let url = "\(config.scheme)://\(host):\(port)"
                 // For clients that start or find the server by its data directory (the embedded stowfs).
                 try? Posix.writeAtomically(config.dataDirectory + "/stowd.url", url + "\n")
                 await onListening(url)
             },
             logger: service.logger)
     }
+
+    /// HTTP/1.1 as stowd serves it, with or without TLS: `Expect: 100-continue` answered at once.
+    static var http1Configuration: HTTP1Channel.Configuration { .init(additionalChannelHandlers: [ExpectContinueHandler()]) }
 
     deinit { close(lockDescriptor) }
 

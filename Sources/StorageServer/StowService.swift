@@ -130,7 +130,7 @@ final class StowService: Sendable {
     func baseURL(_ request: Request) -> String {
         if let configured = config.publicURL { return configured.hasSuffix("/") ? String(configured.dropLast()) : configured }
         let host = request.head.authority ?? "\(config.host):\(config.port)"
-        return "http://\(host)"
+        return "\(config.scheme)://\(host)"
     }
 
     /// A file record of a node, as answered to clients.

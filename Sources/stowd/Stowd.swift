@@ -12,6 +12,7 @@ struct Stowd: AsyncParsableCommand {
         discussion: """
             Metadata lives in SQLite and file contents in a local folder, both under --data-dir.
             The first line of standard output is the URL the server listens on (useful with --port 0).
+            With --tls-cert and --tls-key it serves https, and that URL and the links it makes are https.
 
             Tokens: --token-file FILE with one `token namespace-glob permission` per line
             (permission: read, write or admin), or STOWD_TOKEN for one admin token on every
@@ -32,6 +33,12 @@ struct Stowd: AsyncParsableCommand {
 
     @Option(help: "Base URL put into links, when clients reach the server under another name (e.g. behind a proxy).")
     var publicURL: String?
+
+    @Option(help: "Serve https with this certificate (PEM: the server's certificate, then any intermediates). Needs --tls-key.")
+    var tlsCert: String?
+
+    @Option(help: "The private key of --tls-cert (PEM, unencrypted).")
+    var tlsKey: String?
 
     @Option(help: "Largest upload accepted (e.g. 5G, 1T).")
     var maxUploadSize: String = "1T"
@@ -64,6 +71,9 @@ struct Stowd: AsyncParsableCommand {
             throw ValidationError("--metrics-access: `\(metricsAccess)` is not one of open, admin, off")
         }
         guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("--log-level: `\(logLevel)` is not a level") }
+        guard (tlsCert == nil) == (tlsKey == nil) else {
+            throw ValidationError("--tls-cert and --tls-key go together: give both to serve https, or neither for http")
+        }
         guard uploadLinkLifetime > 0, gcInterval > 0 else { throw ValidationError("--upload-link-lifetime and --gc-interval must be positive") }
     }
 
@@ -80,6 +90,7 @@ struct Stowd: AsyncParsableCommand {
         config.host = host
         config.port = port
         config.publicURL = publicURL
+        if let tlsCert, let tlsKey { config.tls = .init(certificateChain: tlsCert, privateKey: tlsKey) }
         config.maxUploadSize = ByteSize.parse(maxUploadSize) ?? config.maxUploadSize
         config.uploadLinkLifetime = uploadLinkLifetime
         config.gcInterval = .seconds(gcInterval)

@@ -12,6 +12,9 @@ struct SettingsFlags: ParsableArguments {
     @Option(help: "A file whose first line is the token (else STOWFS_TOKEN, else token_file in the config).")
     var tokenFile: String?
 
+    @Option(help: "For an https endpoint: a PEM file of the CA that signed the server's certificate (default: the system's trust store).")
+    var caFile: String?
+
     @Option(help: "Where local copies, the block cache and the upload journal live. Default: ~/.cache/stowfs/<server>/<namespace>.")
     var cacheDir: String?
 
@@ -43,6 +46,7 @@ struct SettingsFlags: ParsableArguments {
         var f: [SettingKey: String] = [:]
         f[.endpoint] = endpoint
         f[.tokenFile] = tokenFile
+        f[.caFile] = caFile
         f[.cacheDir] = cacheDir
         f[.cacheSize] = cacheSize
         f[.attrTTL] = attrTTL
@@ -107,10 +111,15 @@ struct Config: AsyncParsableCommand {
                         var c = HTTPObjectStore.Configuration(endpoint: endpoint, token: options.token)
                         c.retry = .none
                         c.requestTimeout = .seconds(5)
+                        c.caFile = options.caFile
                         return c
                     }())
                     do {
                         try await Preflight.checkServer(store, endpoint: endpoint, namespace: ns, create: false)
+                        if endpoint.hasPrefix("https://") {
+                            let trust = options.caFile.map { "the CA file \($0)" } ?? "the system's trust store"
+                            print("  ✓ the server's certificate verifies against \(trust)")
+                        }
                         print("  ✓ the server at \(endpoint) accepts the token" + (ns.map { "; namespace `\($0)` exists" } ?? ""))
                     } catch {
                         problems.append(error.description)

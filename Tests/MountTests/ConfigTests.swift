@@ -80,6 +80,43 @@ struct ConfigTests {
         #expect(only[.cacheSize]?.text == "9G" && only[.parallel]?.source == .builtIn)
     }
 
+    @Test("ca_file: relative to its config file, a flag's made absolute, checked to hold a certificate, and passed to the mount")
+    func caFile() throws {
+        let dir = FileManager.default.temporaryDirectory.path + "/stowfs-config-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let certs = try TestCertificates.make(in: dir + "/conf/tls")
+        let path = dir + "/conf/c.toml"
+        try "endpoint = \"https://127.0.0.1:8420\"\nca_file = \"tls/ca.pem\"\n".write(toFile: path, atomically: false, encoding: .utf8)
+        let env = ["STOWFS_TOKEN": "t"]
+        let s = try ResolvedSettings.resolve(flags: [:], environment: env, configPath: path)
+        #expect(s[.caFile] == .init(text: certs.caCertificate, source: .file(path, line: 2)))
+        var o = MountOptions(namespace: nil, mountpoint: "/m")
+        try s.apply(to: &o)
+        #expect(o.caFile == certs.caCertificate)
+        #expect(s.explanation().contains("ca_file"))
+
+        // A flag beats the file; a relative flag is relative to the working folder, made absolute.
+        let flag = try ResolvedSettings.resolve(flags: [.caFile: "ca.pem"], environment: env, configPath: path)
+        #expect(flag[.caFile] == .init(text: FileManager.default.currentDirectoryPath + "/ca.pem", source: .flag("--ca-file")))
+
+        // None given: the system's trust store.
+        try "endpoint = \"https://127.0.0.1:8420\"\n".write(toFile: path, atomically: false, encoding: .utf8)
+        var none = MountOptions(namespace: nil, mountpoint: "/m")
+        try ResolvedSettings.resolve(flags: [:], environment: env, configPath: path).apply(to: &none)
+        #expect(none.caFile == nil)
+
+        for (file, words) in [("tls/missing.pem", "does not exist"), ("tls/server.key", "holds no PEM certificate")] {
+            try "ca_file = \"\(file)\"\n".write(toFile: path, atomically: false, encoding: .utf8)
+            var bad = MountOptions(namespace: nil, mountpoint: "/m")
+            #expect {
+                try ResolvedSettings.resolve(flags: [:], environment: env, configPath: path).apply(to: &bad)
+            } throws: { e in
+                let d = String(describing: e)
+                return d.contains("ca_file: the CA file \(dir)/conf/\(file) \(words)") && d.contains("\(path) line 1") && d.contains("→")
+            }
+        }
+    }
+
     @Test("a bad value or an unknown key is named with its file and line, and what to write instead")
     func badValues() throws {
         let dir = FileManager.default.temporaryDirectory.path + "/stowfs-config-\(UUID().uuidString.prefix(8))"

@@ -25,6 +25,8 @@ final class MountedFS: @unchecked Sendable {
     var serverArguments: [String] = []
     /// The token the mount (and the stowfs commands) use.
     var mountToken = MountedFS.token
+    /// The CA file the test's clients trust, for a server started with `--tls-cert`.
+    private(set) var caFile: String?
 
     init() {
         root = FileManager.default.temporaryDirectory.path + "/stowfs-mount-\(UUID().uuidString.prefix(8))"
@@ -40,11 +42,16 @@ final class MountedFS: @unchecked Sendable {
     }
 
     /// Starts stowd (on `port`, 0 for a free one).
-    func startServer() throws {
+    /// - Parameters:
+    ///   - extraArguments: more flags for stowd (`--tls-cert`, `--tls-key`).
+    ///   - caFile: the CA file that `withClient` trusts.
+    func startServer(extraArguments: [String] = [], caFile: String? = nil) throws {
         var env = ProcessInfo.processInfo.environment
         env["STOWD_TOKEN"] = Self.token
+        self.caFile = caFile
         let child = try StowdChild(
-            binary: Self.binDirectory + "/stowd", arguments: ["--data-dir", dataDirectory, "--port", String(port), "--log-level", "warning"] + serverArguments,
+            binary: Self.binDirectory + "/stowd",
+            arguments: ["--data-dir", dataDirectory, "--port", String(port), "--log-level", "warning"] + serverArguments + extraArguments,
             environment: env)
         endpoint = child.url
         port = child.port
@@ -172,7 +179,9 @@ final class MountedFS: @unchecked Sendable {
     // MARK: - The server's view
 
     func withClient<T>(_ body: (HTTPObjectStore) async throws -> T) async throws -> T {
-        let c = HTTPObjectStore(configuration: .init(endpoint: endpoint, token: Self.token))
+        var configuration = HTTPObjectStore.Configuration(endpoint: endpoint, token: Self.token)
+        configuration.caFile = caFile
+        let c = HTTPObjectStore(configuration: configuration)
         do {
             let r = try await body(c)
             try? await c.shutdown()

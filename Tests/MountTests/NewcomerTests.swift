@@ -100,11 +100,11 @@ struct NewcomerTests {
         // What the helper makes of an fstab line's options (-f: say it, do not mount).
         let fake = try m.run(
             prefix + "/sbin/mount.fuse.stowfs",
-            ["photos", "/mnt/photos", "-o", "rw,_netdev,nofail,x-systemd.automount,endpoint=http://h:8420,token_file=/etc/t,cache_size=2G,allow_other,ro", "-f"])
+            ["photos", "/mnt/photos", "-o", "rw,_netdev,nofail,x-systemd.automount,endpoint=https://h:8420,token_file=/etc/t,ca_file=/etc/ca.pem,cache_size=2G,allow_other,ro", "-f"])
         #expect(fake.status == 0)
         #expect(
             fake.out.trimmingCharacters(in: .whitespacesAndNewlines)
-                == "\(prefix)/bin/stowfs mount photos /mnt/photos --endpoint http://h:8420 --token-file /etc/t --cache-size 2G -o allow_other,ro")
+                == "\(prefix)/bin/stowfs mount photos /mnt/photos --endpoint https://h:8420 --token-file /etc/t --ca-file /etc/ca.pem --cache-size 2G -o allow_other,ro")
         let missingValue = try m.run(prefix + "/sbin/mount.fuse.stowfs", ["photos", "/mnt/photos", "-o", "endpoint", "-f"])
         #expect(missingValue.status != 0 && missingValue.out.contains("needs a value"))
 

@@ -34,9 +34,11 @@ final class StowdProcess: Sendable {
     func peakRSS() -> Int64? { child.value.peakRSS() }
 
     /// Runs `body` with a client of this server; the client is shut down however `body` ends.
-    func withClient<T>(_ body: (HTTPObjectStore) async throws -> T) async throws -> T {
+    /// - Parameter caFile: the CA file the client trusts (for a server started with `--tls-cert`).
+    func withClient<T>(caFile: String? = nil, _ body: (HTTPObjectStore) async throws -> T) async throws -> T {
         var c = HTTPObjectStore.Configuration(endpoint: url, token: Self.token)
         c.retry = RetryPolicy(attempts: 1)
+        c.caFile = caFile
         let client = HTTPObjectStore(configuration: c)
         do {
             let result = try await body(client)

@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import NIOCore
 import NIOFoundationCompat
+import NIOSSL
 import StorageClient
 import StorageProtocol
 import StorageServer
@@ -17,6 +18,8 @@ struct TestServer: Sendable {
     let server: StowServer
     let admin: HTTPObjectStore
     let raw: RawHTTP
+    /// The CA file the clients trust (an https server's).
+    var caFile: String? = nil
     static let adminToken = "admin-token-0001"
     static let writerToken = "writer-token-0001"
     static let readerToken = "reader-token-0001"
@@ -24,6 +27,7 @@ struct TestServer: Sendable {
     func client(token: String?) -> HTTPObjectStore {
         var c = HTTPObjectStore.Configuration(endpoint: url, token: token)
         c.retry = RetryPolicy(attempts: 2, baseDelay: .milliseconds(20))
+        c.caFile = caFile
         return HTTPObjectStore(configuration: c)
     }
 
@@ -46,8 +50,10 @@ func makeTempDirectory(_ label: String) -> String {
 }
 
 /// Runs `body` against a fresh server and namespace `test`; stops the server and removes its data even when `body` throws.
+/// - Parameter caFile: the CA file the clients trust, for a server that `configure` makes https.
 func withServer(
-    dataDirectory: String? = nil, configure: (inout ServerConfiguration) -> Void = { _ in }, _ body: (TestServer) async throws -> Void
+    dataDirectory: String? = nil, caFile: String? = nil, configure: (inout ServerConfiguration) -> Void = { _ in },
+    _ body: (TestServer) async throws -> Void
 ) async throws {
     let dir = dataDirectory ?? makeTempDirectory("server")
     defer { if dataDirectory == nil { try? FileManager.default.removeItem(atPath: dir) } }
@@ -70,9 +76,10 @@ func withServer(
     }
     var c = HTTPObjectStore.Configuration(endpoint: url, token: TestServer.adminToken)
     c.retry = RetryPolicy(attempts: 2, baseDelay: .milliseconds(20))
+    c.caFile = caFile
     let admin = HTTPObjectStore(configuration: c)
-    let raw = RawHTTP(base: url)
-    let test = TestServer(url: url, dataDirectory: dir, server: server, admin: admin, raw: raw)
+    let raw = RawHTTP(base: url, caFile: caFile)
+    let test = TestServer(url: url, dataDirectory: dir, server: server, admin: admin, raw: raw, caFile: caFile)
     var failure: (any Error)?
     do {
         if try await admin.namespaces().isEmpty { _ = try await admin.createNamespace(try Namespace("test")) }
@@ -90,9 +97,15 @@ func withServer(
 /// Raw HTTP requests, where the protocol's details are what a test checks.
 final class RawHTTP: Sendable {
     let base: String
-    let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: .init(redirectConfiguration: .disallow))
+    let client: HTTPClient
 
-    init(base: String) { self.base = base }
+    init(base: String, caFile: String? = nil) {
+        self.base = base
+        var tls = TLSConfiguration.makeClientConfiguration()
+        if let caFile { tls.trustRoots = .file(caFile) }
+        client = HTTPClient(
+            eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: .init(tlsConfiguration: tls, redirectConfiguration: .disallow))
+    }
 
     struct Answer: Sendable {
         var status: Int

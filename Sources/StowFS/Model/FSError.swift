@@ -70,7 +70,7 @@ public enum FSError: Error, Sendable, Equatable, CustomStringConvertible {
         case .noSpace: self = .noSpace
         case .tooLarge: self = .quotaExceeded
         case .cancelled: self = .interrupted
-        case .preconditionFailed, .conflict, .incomplete, .offsetMismatch, .checksumMismatch, .unavailable, .protocolViolation, .localIO:
+        case .preconditionFailed, .conflict, .incomplete, .offsetMismatch, .checksumMismatch, .unavailable, .protocolViolation, .localIO, .tlsFailure:
             self = .io(error.description)
         }
     }

@@ -716,7 +716,9 @@ public actor UploadQueue {
         r.lastError = "\(error)"
         if let e = error as? StorageError {
             switch e.kind {
-            case .unavailable, .localIO, .protocolViolation, .cancelled:
+            // A certificate that does not verify waits like an unreachable server: fixed on the
+            // server (or in the settings), the queue goes on by itself.
+            case .unavailable, .localIO, .protocolViolation, .cancelled, .tlsFailure:
                 r.state = .queued
                 r.nextAttempt = now + min(60_000, 1000 << min(r.attempts - 1, 6))
             case .notFound, .gone, .forbidden:
