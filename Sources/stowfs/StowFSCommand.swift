@@ -168,6 +168,9 @@ struct Unmount: AsyncParsableCommand {
     func run() async throws {
         let progress = ProgressPrinter()
         let failures = FailureBox()
+        // What --no-wait keeps, to say so afterwards.
+        let kept = StatusBox()
+        if leaveQueued { try? await ControlClient.send(ControlRequest(command: "status"), mountpoint: mountpoint) { kept.set($0) } }
         do {
             try await ControlClient.send(ControlRequest(command: "unmount", leaveQueued: leaveQueued), mountpoint: mountpoint) { m in
                 if let p = m.progress { progress.show(p) }
@@ -195,7 +198,10 @@ struct Unmount: AsyncParsableCommand {
             usleep(100_000)
         }
         if leaveQueued {
-            print("unmounted \(mountpoint); what was queued stays in the cache folder and goes at the next mount")
+            let q = kept.value?.status?.queue
+            let what = q.map { "\($0.files) file(s), \(ByteSize.format($0.bytes)), stay" } ?? "what was queued stays"
+            print("unmounted \(mountpoint); \(what) queued in the cache folder and go at the next mount")
+            for item in q?.items.prefix(20) ?? [] { print("  kept \(item.path)  \(ByteSize.format(item.size))") }
         } else {
             print("unmounted \(mountpoint)")
         }

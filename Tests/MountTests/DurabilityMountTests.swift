@@ -60,8 +60,10 @@ struct DurabilityMountTests {
             try m.sh("ls \(m.mountpoint)")
             kill(m.server!.processIdentifier, SIGSTOP)
             try m.sh("cp a.bin \(m.mountpoint)/b.bin")
-            try m.unmountFS(leaveQueued: true)
+            let out = try m.unmountFS(leaveQueued: true)
             kill(m.server!.processIdentifier, SIGCONT)
+            // It says what it kept.
+            #expect(out.contains("1 file(s)") && out.contains("kept test/b.bin"), "\(out)")
             #expect(!MountedFS.isMounted(m.mountpoint))
             try m.mountFS()
             try m.stowfs(["sync", m.mountpoint])
