@@ -329,6 +329,12 @@ extension StowFileSystem {
                 }
             }
             guard var dir = s.inodes[ino]?.directory else { return }
+            // Names this mount removed (unlink, rename away) in the last moments: a listing on its
+            // way meanwhile may still have them (an upload of the old name landing just before the
+            // rename on the server), and must not bring them back.
+            let now = ContinuousClock.now
+            let recentlyRemoved = dir.negative.filter { $0.value > now }
+            for name in recentlyRemoved.keys { names[name] = nil }
             if complete {
                 // Names gone from the server are gone here too — unless owed to it, or changed by this
                 // mount while the listing was on its way.
@@ -342,7 +348,7 @@ extension StowFileSystem {
                 }
                 dir.complete = true
                 dir.validUntil = .now + configuration.attributeTTL
-                dir.negative = [:]
+                dir.negative = recentlyRemoved
             }
             for (name, child) in names where dir.children[name] == nil || s.inodes[dir.children[name]!]?.hasLocalState != true {
                 dir.children[name] = child
