@@ -30,8 +30,8 @@ release: deps
 
 test: deps
 	@scripts/timed.sh "swift build --build-tests" $(SWIFT) build --build-tests
-	@scripts/timed.sh "swift test" $(SWIFT) test --skip-build
 	@scripts/install-deps.sh hostile
+	@scripts/timed.sh "swift test" $(SWIFT) test --skip-build
 	@scripts/timed.sh "hostile input and schemathesis" python3 -m pytest Tests/hostile -q
 
 run: release

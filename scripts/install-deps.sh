@@ -4,13 +4,13 @@
 set -euo pipefail
 
 # `install-deps.sh bench` adds what make bench compares against and measures with.
-# `install-deps.sh hostile`: pytest and schemathesis (PyPI) for Tests/hostile, pinned there.
+# `install-deps.sh hostile`: pytest and schemathesis (PyPI) for Tests/hostile, and botocore for SigV4Tests, pinned there.
 if [ "${1:-}" = "hostile" ]; then
     requirements="$(dirname "$0")/../Tests/hostile/requirements.txt"
-    python3 -c 'import pytest, schemathesis' 2>/dev/null && exit 0
+    python3 -c 'import pytest, schemathesis, botocore' 2>/dev/null && exit 0
     echo "installing pytest and schemathesis (pip) ..." >&2
     python3 -m pip install -q -r "$requirements" 2>&1 | grep -v "Running pip as the 'root' user" >&2 || true
-    python3 -c 'import pytest, schemathesis' || { echo "install them with: python3 -m pip install -r Tests/hostile/requirements.txt" >&2; exit 1; }
+    python3 -c 'import pytest, schemathesis, botocore' || { echo "install them with: python3 -m pip install -r Tests/hostile/requirements.txt" >&2; exit 1; }
     exit 0
 fi
 packages=(libfuse3-dev fuse3 libsqlite3-dev pkg-config attr rsync curl systemd openssl)
