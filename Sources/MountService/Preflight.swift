@@ -51,7 +51,7 @@ public enum Preflight {
         guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return false }
         return text.split(separator: "\n").contains { line in
             let f = line.split(separator: " ")
-            return f.count > 4 && f[4].replacingOccurrences(of: "\\040", with: " ") == canonical
+            return f.count > 4 && MountPaths.unescape(String(f[4])) == canonical
         }
     }
 

@@ -1,7 +1,7 @@
 import Foundation
 import StorageClient
 import StorageProtocol
-import StorageServer
+@testable import StorageServer
 import Testing
 
 /// Numbers from the network that once ended the process (arithmetic overflow): each must be

@@ -45,7 +45,7 @@ public struct APIError: Error, HTTPResponseError, Sendable, CustomStringConverti
     static let checksumStatus = HTTPResponse.Status(code: httpStatusChecksumMismatch, reasonPhrase: "Checksum Mismatch")
 
     /// The one table that turns the server's internal errors into answers.
-    public static func from(_ error: any Error) -> APIError {
+    static func from(_ error: any Error) -> APIError {
         switch error {
         case let e as APIError:
             return e
