@@ -15,7 +15,7 @@ import Synchronization
 public final class FaultInjectingObjectStore: ObjectStore {
     public enum Operation: String, Sendable, CaseIterable {
         case namespaces, createNamespace, deleteNamespace, record, list, update, delete, makeFolder, removeFolder, rename, makeNode, link
-        case startUpload, uploadedBytes, send, completeUpload, abandonUpload, signedURLs, read
+        case startUpload, uploadedBytes, send, completeUpload, renewUpload, abandonUpload, signedURLs, read
     }
 
     private struct State {
@@ -148,6 +148,10 @@ public final class FaultInjectingObjectStore: ObjectStore {
     public func completeUpload(_ session: StartUploadResponse) async throws -> FileRecord {
         try await enter(.completeUpload)
         return try await base.completeUpload(session)
+    }
+    public func renewUpload(_ session: StartUploadResponse) async throws -> StartUploadResponse {
+        try await enter(.renewUpload)
+        return try await base.renewUpload(session)
     }
     public func abandonUpload(_ session: StartUploadResponse) async throws { try await enter(.abandonUpload); try await base.abandonUpload(session) }
     public func signedURLs(_ ns: Namespace, _ paths: [StoragePath], expiry: Int) async throws -> [SignedURL] {

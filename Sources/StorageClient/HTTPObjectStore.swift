@@ -308,6 +308,16 @@ public final class HTTPObjectStore: ObjectStore {
         return try decode(FileRecord.self, try await execute(makeRequest(.POST, url(Routes.completeUpload(ns)), body: Self.json(session))))
     }
 
+    public func renewUpload(_ session: StartUploadResponse) async throws -> StartUploadResponse {
+        let ns = try Namespace(session.namespace)
+        let answer = try decode(StartUploadResponse.self, try await execute(makeRequest(.POST, url(Routes.renewUpload(ns)), body: Self.json(session))))
+        // The declaration stays the client's (a deferred-length upload sends its final size and
+        // attributes with complete); only the link is new.
+        var renewed = session
+        renewed.upload = answer.upload
+        return renewed
+    }
+
     /// One POST to `…/upload/direct`: the declaration in a header, the bytes as the body.
     public func uploadDirect(_ ns: Namespace, _ request: StartUploadRequest, from source: UploadSource) async throws -> FileRecord {
         let bytes: ByteBuffer

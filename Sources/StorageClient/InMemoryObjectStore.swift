@@ -429,6 +429,13 @@ public actor InMemoryObjectStore: ObjectStore {
         return record(ns, path, ino)
     }
 
+    /// Links here never expire: the session as it is, once it is known to be open.
+    public func renewUpload(_ session: StartUploadResponse) async throws -> StartUploadResponse {
+        let id = try uploadID(session)
+        if uploads[id]?.resultInode != nil { throw StorageError(.conflict, "this upload has completed already", status: 409) }
+        return session
+    }
+
     public func abandonUpload(_ session: StartUploadResponse) async throws {
         uploads[String(session.upload.url.dropFirst("memory://upload/".count))] = nil
     }

@@ -44,21 +44,22 @@ extension ObjectStore {
     /// - Parameter willComplete: called once every byte is on the server, just before complete (the
     ///   caller may stop cancelling from then on: a complete cut off midway may still have happened).
     public func resumeUpload(
-        _ session: StartUploadResponse, from source: UploadSource, knownOffset: Int64? = nil, options: UploadOptions = UploadOptions(),
+        _ started: StartUploadResponse, from source: UploadSource, knownOffset: Int64? = nil, options: UploadOptions = UploadOptions(),
         progress: ProgressHandler? = nil, willComplete: (@Sendable () async -> Void)? = nil
     ) async throws -> FileRecord {
+        var session = started
         // A declared tail of zeros (`zeros_from`) is not sent: the server makes it a hole.
         let size = max(0, min(session.size, session.params?.zerosFrom ?? session.size))
         let retry = options.retry
         var offset: Int64
-        if let knownOffset { offset = knownOffset } else { offset = try await uploadedBytes(session) }
+        if let knownOffset { offset = knownOffset } else { offset = try await renewing(&session) { try await uploadedBytes($0) } }
         var failures = 0
         while offset < size {
             try Task.checkCancellation()
             let end = offset == 0 && size <= options.chunkSize ? size : min(size, offset + options.chunkSize)
             do {
                 let before = offset
-                offset = try await send(session, from: source, offset: offset, end: end, progress: progress)
+                offset = try await renewing(&session) { try await send($0, from: source, offset: offset, end: end, progress: progress) }
                 if offset > before {
                     failures = 0
                 } else {
@@ -73,7 +74,7 @@ extension ObjectStore {
                 failures += 1
                 guard failures < retry.attempts else { throw error }
                 try await retry.sleep(retry.delay(after: failures))
-                offset = try await uploadedBytes(session)
+                offset = try await renewing(&session) { try await uploadedBytes($0) }
             }
         }
         if size == 0 { progress?(0, 0) }
@@ -87,6 +88,18 @@ extension ObjectStore {
                 try await retry.sleep(retry.delay(after: attempt))
                 attempt += 1
             }
+        }
+    }
+
+    /// Runs `operation` on the storage link; when the server refuses the link (it expired while
+    /// nothing was sent: a laptop asleep, a server that was away), renews it once and tries again.
+    /// A session the server no longer has fails the renewal with `.notFound`: start again.
+    public func renewing<T>(_ session: inout StartUploadResponse, _ operation: (StartUploadResponse) async throws -> T) async throws -> T {
+        do {
+            return try await operation(session)
+        } catch let error as StorageError where error.kind == .forbidden {
+            session = try await renewUpload(session)
+            return try await operation(session)
         }
     }
 }

@@ -37,6 +37,9 @@ public protocol ObjectStore: Sendable {
     /// tus PATCH otherwise. Returns the server's new offset. No retries here: see `upload(…)`.
     func send(_ session: StartUploadResponse, from source: UploadSource, offset: Int64, end: Int64, progress: ProgressHandler?) async throws -> Int64
     func completeUpload(_ session: StartUploadResponse) async throws -> FileRecord
+    /// The session with a fresh storage link (its old one expired while nothing was sent); the
+    /// bytes the server has stay. `.notFound` when the server has collected the session.
+    func renewUpload(_ session: StartUploadResponse) async throws -> StartUploadResponse
     /// start, send and complete in one request, for a small file (read whole into memory). Not
     /// retried here; like complete, it may have stored the file even when the answer is lost.
     func uploadDirect(_ ns: Namespace, _ request: StartUploadRequest, from source: UploadSource) async throws -> FileRecord

@@ -7,6 +7,7 @@ public enum Routes {
     public static func completeUpload(_ ns: Namespace) -> String { "\(prefix)/v2.0/namespaces/\(ns)/upload/complete" }
     public static func startUploadV1(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/upload/start/" }
     /// start + PUT + complete in one request (a StowFS extension, for small files).
+    public static func renewUpload(_ ns: Namespace) -> String { "\(prefix)/v2.0/namespaces/\(ns)/upload/renew" }
     public static func directUpload(_ ns: Namespace) -> String { "\(prefix)/v2.0/namespaces/\(ns)/upload/direct" }
     /// The header that carries a direct upload's declaration (start's JSON body, base64).
     public static let directUploadHeader = "Stow-Upload"

@@ -17,6 +17,7 @@ extension StowService {
             router.post("\(base)/complete") { req, ctx in try await self.complete(req, ctx) }
         }
         if config.uploadExtensions { router.post("\(v2)/direct") { req, ctx in try await self.direct(req, ctx) } }
+        router.post("\(v2)/renew") { req, ctx in try await self.renew(req, ctx) }
         let link = "/storage/uploads/:id"
         router.put(RouterPath(link)) { req, ctx in try await self.storageLink(req, ctx) }
         router.patch(RouterPath(link)) { req, ctx in try await self.storageLink(req, ctx) }
@@ -233,6 +234,29 @@ extension StowService {
         var record = record(node, base: baseURL(request))
         record.upload = startResponse(upload, base: baseURL(request)).upload
         return json(record)
+    }
+
+    /// A fresh storage link for an upload still open (its old one expired while the client was
+    /// away: a laptop asleep, a server that was down). The body is the start answer, as for
+    /// complete; the answer is a start answer with the new link. The bytes sent so far stay.
+    func renew(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        let ns = try namespace(context)
+        try authorize(request, ns.name, .write)
+        let body = try await decode(StartUploadResponse.self, from: request)
+        guard let id = Self.uploadID(fromLink: body.upload.url) else {
+            throw APIError.badRequest("`upload.url` is not a storage link of this server")
+        }
+        // Under the session's lock, as the collector takes it: a session being collected is gone
+        // when this reads it, never renewed after its bytes were removed.
+        let renewed = try await activeUploads.exclusively(id) { () -> UploadRecord in
+            guard let upload = try await store.upload(id: id), upload.namespace == ns else {
+                throw APIError.notFound("no upload \(id) in namespace `\(ns)` (it may have been collected; start again)")
+            }
+            guard upload.state == .open else { throw APIError.conflict(.conflict, "this upload has completed already") }
+            try await store.extendUpload(id: id, until: Timestamp.nowSeconds() + config.uploadLinkLifetime)
+            return try await store.upload(id: id) ?? upload
+        }
+        return json(startResponse(renewed, base: baseURL(request)))
     }
 
     /// Publishes an upload whose bytes have all arrived; idempotent once it succeeded.

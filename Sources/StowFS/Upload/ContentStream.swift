@@ -107,7 +107,7 @@ final class ContentStream: Sendable {
         // next mount to complete, or for the server to collect: never deleted from here.
         var prepared = false
         do {
-            let started = try await store.startUpload(ns, request)
+            var started = try await store.startUpload(ns, request)
             session = started
             // A server from before deferred lengths sized the upload 0: it cannot take this.
             guard started.deferLength == true else {
@@ -134,7 +134,9 @@ final class ContentStream: Sendable {
                     return record
                 }
                 if target - sent >= chunk || (final != nil && target > sent) {
-                    let reached = try await store.send(started, from: .file(path: cacheFile), offset: sent, end: target, progress: nil)
+                    // A writer idle for longer than the link's lifetime finds it expired: renewed.
+                    let reached = try await store.renewing(&started) { try await store.send($0, from: .file(path: cacheFile), offset: sent, end: target, progress: nil) }
+                    session = started
                     guard reached > sent else { throw StorageError(.localIO, "no byte of \(location) past \(sent) was taken") }
                     state.withLock { $0.sent = reached }
                     continue
