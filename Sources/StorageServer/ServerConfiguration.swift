@@ -10,6 +10,12 @@ public struct ServerConfiguration: Sendable {
     /// Serve https with this certificate and key; nil (the default, and the embedded server's): plain http.
     public var tls: TLSFiles?
     public var tokens: TokenStore
+    /// Metadata in PostgreSQL (`--database postgres://USER[:PASS]@HOST:PORT/DB`); nil (the
+    /// default): SQLite in the data directory.
+    public var databaseURL: String?
+    /// Blobs in an S3-compatible bucket (`--object-store s3://BUCKET[/PREFIX]`); nil (the
+    /// default): files in the data directory.
+    public var objectStore: S3Location?
     /// How long a storage link (upload URL) stays valid, in seconds.
     public var uploadLinkLifetime: Int64 = 1800
     /// How long after its link expires an unfinished upload is kept before it is deleted, in seconds.
