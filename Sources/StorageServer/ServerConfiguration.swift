@@ -16,6 +16,9 @@ public struct ServerConfiguration: Sendable {
     /// Blobs in an S3-compatible bucket (`--object-store s3://BUCKET[/PREFIX]`); nil (the
     /// default): files in the data directory.
     public var objectStore: S3Location?
+    /// How old an object of a shared bucket must be before a start-up sweep may remove it as an
+    /// orphan (another replica may be about to record one it just sent), in seconds.
+    public var orphanSweepAge: Int64 = 3600
     /// How long a storage link (upload URL) stays valid, in seconds.
     public var uploadLinkLifetime: Int64 = 1800
     /// How long after its link expires an unfinished upload is kept before it is deleted, in seconds.

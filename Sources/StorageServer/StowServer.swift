@@ -41,12 +41,18 @@ public final class StowServer: Sendable {
         lockDescriptor = lock
         let secret = try Self.loadOrCreateSecret(at: dir + "/secret.key")
         let store = try SQLiteMetadataStore(path: dir + "/stowd.sqlite", blobGraceSeconds: configuration.blobGrace)
-        let blobs = try LocalBlobStore(root: dir)
+        let blobs: any BlobStore = try configuration.objectStore.map { try S3BlobStore($0, stagingRoot: dir, sweepAge: TimeInterval(configuration.orphanSweepAge)) } ?? LocalBlobStore(root: dir)
         service = StowService(config: configuration, store: store, blobs: blobs, signer: URLSigner(secret: secret), logger: logger)
     }
 
     /// The metadata store (for tests and tools that inspect the server's state).
     public var store: any MetadataStore { service.store }
+
+    /// The ids of every stored blob, whatever its age (for tests and tools that count them).
+    public func storedBlobIDs() async throws -> [String] {
+        if let s3 = service.blobs as? S3BlobStore { return try await s3.allBlobIDs() }
+        return try await service.blobs.blobIDs()
+    }
 
     /// Serves until a graceful-shutdown signal arrives (or the task is cancelled).
     /// - Parameters:
@@ -54,6 +60,8 @@ public final class StowServer: Sendable {
     ///   - onListening: called once with the base URL the server listens on.
     public func run(signals: [UnixSignal] = [.sigterm, .sigint], onListening: @escaping @Sendable (String) async -> Void = { _ in }) async throws {
         let gc = GarbageCollector(service: service)
+        // A bucket that cannot be reached, or that refuses the credentials, is said at start.
+        if let s3 = service.blobs as? S3BlobStore { try await s3.prepare() }
         try await gc.sweepOrphans()
         // The client `uploads/copy` fetches with: no redirects, bounded waits. Shut down when the server stops.
         var httpConfig = HTTPClient.Configuration(redirectConfiguration: .disallow, timeout: .init(connect: .seconds(10), read: .seconds(60)))

@@ -11,6 +11,8 @@ struct Stowd: AsyncParsableCommand {
         abstract: "The StowFS storage service: namespaces of files over HTTP, with signed upload and download links.",
         discussion: """
             Metadata lives in SQLite and file contents in a local folder, both under --data-dir.
+            With --object-store s3://BUCKET, file contents live in that bucket instead (uploads in
+            progress stay under --data-dir until they complete).
             The first line of standard output is the URL the server listens on (useful with --port 0).
             With --tls-cert and --tls-key it serves https, and that URL and the links it makes are https.
 
@@ -58,6 +60,17 @@ struct Stowd: AsyncParsableCommand {
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: String = "info"
 
+    @Option(help: ArgumentHelp(
+        "Keep file contents in an S3-compatible bucket: s3://BUCKET[/PREFIX]. Credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.",
+        valueName: "url"))
+    var objectStore: String?
+
+    @Option(help: "The S3 service's URL, for --object-store (default: AWS's endpoint for --s3-region). Addressing is path-style.")
+    var s3Endpoint: String?
+
+    @Option(help: "The S3 region, for --object-store.")
+    var s3Region: String = "us-east-1"
+
     static func defaultDataDirectory() -> String {
         let env = ProcessInfo.processInfo.environment
         let base = env["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? ((env["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()) + "/.local/share")
@@ -75,6 +88,27 @@ struct Stowd: AsyncParsableCommand {
             throw ValidationError("--tls-cert and --tls-key go together: give both to serve https, or neither for http")
         }
         guard uploadLinkLifetime > 0, gcInterval > 0 else { throw ValidationError("--upload-link-lifetime and --gc-interval must be positive") }
+        _ = try s3Location()
+    }
+
+    /// The bucket of --object-store, with its endpoint and the credentials from the environment.
+    func s3Location() throws -> S3Location? {
+        guard let objectStore else {
+            guard s3Endpoint == nil else { throw ValidationError("--s3-endpoint goes with --object-store s3://BUCKET") }
+            return nil
+        }
+        let env = ProcessInfo.processInfo.environment
+        guard let key = env["AWS_ACCESS_KEY_ID"], !key.isEmpty, let secret = env["AWS_SECRET_ACCESS_KEY"], !secret.isEmpty else {
+            throw ValidationError("--object-store needs the bucket's credentials in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+        }
+        let endpoint = s3Endpoint ?? "https://s3.\(s3Region).amazonaws.com"
+        guard let url = URL(string: endpoint), ["http", "https"].contains(url.scheme ?? ""), url.host != nil else {
+            throw ValidationError("--s3-endpoint: `\(endpoint)` is not an http or https URL")
+        }
+        guard let location = S3Location.parse(objectStore, endpoint: endpoint, region: s3Region, accessKey: key, secretKey: secret) else {
+            throw ValidationError("--object-store: `\(objectStore)` is not s3://BUCKET[/PREFIX] (a bucket name is 3 to 63 of a-z, 0-9, `.` and `-`)")
+        }
+        return location
     }
 
     func run() async throws {
@@ -96,6 +130,7 @@ struct Stowd: AsyncParsableCommand {
         config.gcInterval = .seconds(gcInterval)
         config.copyAllowedHosts = copyAllowHost
         config.metricsAccess = ServerConfiguration.MetricsAccess(rawValue: metricsAccess) ?? .open
+        config.objectStore = try s3Location()
         let server = try StowServer(configuration: config, logger: logger)
         logger.info("data in \(dataDir); \(source)")
         try await server.run { url in

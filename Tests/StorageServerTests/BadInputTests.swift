@@ -180,7 +180,7 @@ struct BadInputTests {
 
     static func snapshot(_ s: TestServer) async throws -> Snapshot {
         let listing = try await s.raw.send("GET", Routes.browse(testNamespace) + "?limit=5000").json(BrowseResponse.self)
-        return Snapshot(entries: Dictionary(uniqueKeysWithValues: listing.items.map { ($0.filePath, $0.etag) }), blobs: s.blobFileCount())
+        return Snapshot(entries: Dictionary(uniqueKeysWithValues: listing.items.map { ($0.filePath, $0.etag) }), blobs: try await s.blobCount())
     }
 
     @Test(arguments: cases)

@@ -27,7 +27,7 @@ struct BatchTests {
                 #expect(record.sha256 == Self.sha(c))
                 #expect(try await s.admin.get("b/f\(i)") == c)
             }
-            #expect(s.blobFileCount() == 1, "only the 5000-byte file is over the limit")
+            #expect(try await s.blobCount() == 1, "only the 5000-byte file is over the limit")
             #expect(s.stagedFileCount() == 0)
         }
     }
@@ -151,7 +151,7 @@ struct BatchTests {
             #expect(reader.status == 403)
             #expect(try await s.admin.list(testNamespace, folder: .root, after: nil, limit: 100).entries.isEmpty)
             #expect(try await s.server.store.statistics().files == 0)
-            #expect(s.blobFileCount() == 0 && s.stagedFileCount() == 0)
+            #expect(try await s.blobCount() == 0 && s.stagedFileCount() == 0)
         }
     }
 }

@@ -20,7 +20,7 @@ struct InlineBlobTests {
             let bytes = randomBytes(5000)
             let record = try await s.admin.uploadDirect(testNamespace, StartUploadRequest(fileName: "in/small", size: 5000), from: .bytes(ByteBuffer(bytes: bytes)))
             #expect(record.sha256 == SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined())
-            #expect(s.blobFileCount() == 0 && s.stagedFileCount() == 0)
+            #expect(try await s.blobCount() == 0 && s.stagedFileCount() == 0)
             #expect(try await s.server.store.inlineBlob(try await blobID(s, "in/small")) == Data(bytes))
             #expect(try await s.admin.get("in/small") == bytes)
             let url = try await s.admin.signedURLs(testNamespace, [path("in/small")], expiry: 60)[0].signedUrl
@@ -34,7 +34,7 @@ struct InlineBlobTests {
             let limit = Int(ServerConfiguration(dataDirectory: "", tokens: TokenStore()).inlineLimit)
             let over = randomBytes(limit + 1)
             _ = try await s.admin.uploadDirect(testNamespace, StartUploadRequest(fileName: "in/over", size: Int64(over.count)), from: .bytes(ByteBuffer(bytes: over)))
-            #expect(s.blobFileCount() == 1)
+            #expect(try await s.blobCount() == 1)
             #expect(try await s.server.store.inlineBlob(try await blobID(s, "in/over")) == nil)
             #expect(try await s.admin.get("in/over") == over)
         }
@@ -70,7 +70,7 @@ struct InlineBlobTests {
             // Grown past the limit: a blob file, zeros after the old end.
             let grown = try await s.admin.update(testNamespace, path("t"), FilePatch(size: Int64(limit + 10)), ifMatch: nil)
             #expect(grown.size == Int64(limit + 10))
-            #expect(s.blobFileCount() == 1)
+            #expect(try await s.blobCount() == 1)
             let big = try await s.admin.get("t")
             #expect(Array(big[..<3000]) == bytes && big[3000...].allSatisfy { $0 == 0 } && big.count == limit + 10)
             // Cut back under it: inline again, with the right SHA-256.
@@ -100,7 +100,7 @@ struct InlineBlobTests {
             let listing = try await s.admin.list(testNamespace, folder: .root, after: nil, limit: 100)
             #expect(listing.entries.isEmpty)
             #expect(try await s.server.store.statistics().files == 0)
-            #expect(s.blobFileCount() == 0 && s.stagedFileCount() == 0)
+            #expect(try await s.blobCount() == 0 && s.stagedFileCount() == 0)
         }
     }
 }

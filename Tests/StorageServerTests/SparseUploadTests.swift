@@ -20,9 +20,13 @@ struct SparseUploadTests {
             let url = try await s.admin.signedURLs(testNamespace, [path("sparse")], expiry: 60)[0].signedUrl
             #expect(Array(try await s.admin.read(url: url, range: 0..<6, ifMatch: nil).bytes.readableBytesView) == Array("data".utf8) + [0, 0])
             #expect(Array(try await s.admin.read(url: url, range: (size - 3)..<size, ifMatch: nil).bytes.readableBytesView) == [0, 0, 0])
-            let blob = try #require(FileManager.default.enumerator(atPath: s.dataDirectory + "/blobs")?.allObjects.compactMap { $0 as? String }.first { $0.count > 10 })
-            let attributes = try URL(fileURLWithPath: s.dataDirectory + "/blobs/" + blob).resourceValues(forKeys: [.totalFileAllocatedSizeKey])
-            #expect((attributes.totalFileAllocatedSize ?? .max) < 1 << 20, "the zeros were written")
+            #expect(try await s.blobCount() == 1)
+            // A local folder keeps the tail as a hole; S3 has no holes (the zeros are stored).
+            if !TestBackend.isS3 {
+                let blob = try #require(FileManager.default.enumerator(atPath: s.dataDirectory + "/blobs")?.allObjects.compactMap { $0 as? String }.first { $0.count > 10 })
+                let attributes = try URL(fileURLWithPath: s.dataDirectory + "/blobs/" + blob).resourceValues(forKeys: [.totalFileAllocatedSizeKey])
+                #expect((attributes.totalFileAllocatedSize ?? .max) < 1 << 20, "the zeros were written")
+            }
             // A small tail is hashed: the record's SHA-256 is the whole content's.
             let small = try await s.admin.upload(
                 .bytes(ByteBuffer(string: "ab")), size: 5, to: testNamespace, path("small"), options: UploadOptions(params: UploadParams(zerosFrom: 2)))

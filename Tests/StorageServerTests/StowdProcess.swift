@@ -21,9 +21,12 @@ final class StowdProcess: Sendable {
         self.dataDirectory = dataDirectory
         var env = ProcessInfo.processInfo.environment
         env["STOWD_TOKEN"] = Self.token
+        // The same bucket prefix for every start on this data directory (a restart finds its blobs).
+        let backend = TestBackend.stowdArguments(TestBackend.s3Location(for: dataDirectory))
+        env.merge(backend.environment) { $1 }
         child = StowdChildBox(try StowdChild(
             binary: Self.binDirectory + "/stowd",
-            arguments: ["--data-dir", dataDirectory, "--port", String(port), "--log-level", "warning"] + extraArguments, environment: env))
+            arguments: ["--data-dir", dataDirectory, "--port", String(port), "--log-level", "warning"] + backend.arguments + extraArguments, environment: env))
     }
 
     var url: String { child.value.url }

@@ -31,11 +31,9 @@ struct TestServer: Sendable {
         return HTTPObjectStore(configuration: c)
     }
 
-    /// Number of files in the blob folder (to check that failures leave nothing behind).
-    func blobFileCount() -> Int {
-        let dir = dataDirectory + "/blobs"
-        let shards = (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []
-        return shards.reduce(0) { $0 + ((try? FileManager.default.contentsOfDirectory(atPath: dir + "/" + $1).count) ?? 0) }
+    /// Number of stored blobs, in the blob folder or the bucket (to check that failures leave nothing behind).
+    func blobCount() async throws -> Int {
+        try await server.storedBlobIDs().count
     }
 
     func stagedFileCount() -> Int {
@@ -63,15 +61,20 @@ func withServer(
     tokens.add(token: TestServer.readerToken, pattern: "test", permission: .read)
     var config = ServerConfiguration(dataDirectory: dir, tokens: tokens)
     config.port = 0
+    config.objectStore = TestBackend.s3Location(for: dir)
     configure(&config)
     var logger = Logger(label: "stowd-test")
     logger.logLevel = .warning
     let server = try StowServer(configuration: config, logger: logger)
     let (urls, continuation) = AsyncStream.makeStream(of: String.self)
-    let task = Task { try await server.run(signals: []) { url in continuation.yield(url) } }
+    // A server that fails before it listens ends the stream: its error is thrown here, no wait.
+    let task = Task {
+        defer { continuation.finish() }
+        try await server.run(signals: []) { url in continuation.yield(url) }
+    }
     var iterator = urls.makeAsyncIterator()
     guard let url = await iterator.next() else {
-        task.cancel()
+        try await task.value
         throw StorageError(.unavailable, "server did not start")
     }
     var c = HTTPObjectStore.Configuration(endpoint: url, token: TestServer.adminToken)

@@ -33,6 +33,9 @@ public protocol BlobStore: Sendable {
     func sha256(ofStaged id: String) async throws -> String
     func deleteStaged(_ id: String) async throws
     func deleteBlob(_ id: String) async throws
+    /// Ids of the blobs a start-up sweep may remove when no record names them: all of them for
+    /// a store of this machine's; only those old enough that no publish in flight can still be
+    /// about to record them, for a store that several servers share.
     func blobIDs() async throws -> [String]
     func stagedIDs() async throws -> [String]
 }
@@ -54,6 +57,8 @@ public enum BlobStoreError: Error, Sendable, Equatable {
     /// The disk (or quota) is full.
     case noSpace
     case notFound(String)
+    /// The store cannot be reached, or refused the request (an object store's answer): 503.
+    case unavailable(String)
 }
 
 public enum BlobStoreLimits {

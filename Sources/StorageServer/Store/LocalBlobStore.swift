@@ -83,10 +83,17 @@ public final class LocalBlobStore: BlobStore {
     }
 
     public func makeBlob(_ id: String, fromPrefixOf source: BlobBytes, size: Int64) async throws -> String? {
+        let digest = try await makeStagedBlob(id, fromPrefixOf: source, size: size, blobs: self)
+        try await publish(id)
+        return digest
+    }
+
+    /// Writes the staging file of `makeBlob` (fsynced), reading the source from `blobs`; returns its SHA-256, if hashed.
+    func makeStagedBlob(_ id: String, fromPrefixOf source: BlobBytes, size: Int64, blobs: any BlobStore) async throws -> String? {
         let sourceSize: Int64
         switch source {
         case .inline(let data): sourceSize = Int64(data.count)
-        case .stored(let sourceID): sourceSize = try await blobSize(sourceID) ?? 0
+        case .stored(let sourceID): sourceSize = try await blobs.blobSize(sourceID) ?? 0
         }
         let copyEnd = min(size, sourceSize)
         var hasher = SHA256()
@@ -95,7 +102,7 @@ public final class LocalBlobStore: BlobStore {
             try await fs.withFileHandle(forWritingAt: stagedPath(id), options: .newFile(replaceExisting: true)) { out in
                 var writer = out.bufferedWriter(capacity: Self.chunk)
                 if copyEnd > 0 {
-                    try await source.read(0..<copyEnd, from: self) { chunk in
+                    try await source.read(0..<copyEnd, from: blobs) { chunk in
                         hasher.update(data: chunk.readableBytesView)
                         try await writer.write(contentsOf: chunk)
                     }
@@ -115,7 +122,6 @@ public final class LocalBlobStore: BlobStore {
                 remaining -= Int64(n)
             }
         }
-        try await publish(id)
         return hashed ? hasher.finalize().hexString : nil
     }
 

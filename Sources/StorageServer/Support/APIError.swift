@@ -58,6 +58,10 @@ public struct APIError: Error, HTTPResponseError, Sendable, CustomStringConverti
             case .tooLarge(let limit): return APIError(.contentTooLarge, .payloadTooLarge, "the body is larger than the \(limit) bytes allowed")
             case .noSpace: return APIError(HTTPResponse.Status(code: 507, reasonPhrase: "Insufficient Storage"), .insufficientStorage, "the server's disk is full; nothing was changed")
             case .notFound(let id): return APIError(.notFound, .notFound, "content \(id) is gone")
+            case .unavailable(let why):
+                // The reason (the store's answer) stays in the log; the client learns to try again.
+                let reference = String(UInt32.random(in: 0...UInt32.max), radix: 16)
+                return APIError(.serviceUnavailable, .unavailable, "the object store is unavailable; try again (reference \(reference) in the server's log)", detail: "reference \(reference): \(why)")
             }
         case let e as URLSigner.Rejection:
             switch e {
