@@ -41,8 +41,10 @@ struct StreamMountTests {
             let path = m.mountpoint + "/patched.bin"
             var expected = [UInt8](repeating: 0, count: Self.size)
             for i in expected.indices { expected[i] = UInt8(truncatingIfNeeded: i &* 31 &+ i >> 13) }
-            let fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0o644)
+            var fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0o644)
             #expect(fd >= 0)
+            // Closed once: a second close(2) of the number would close whatever this process
+            // opened under it since (a socket of NIO's, which then crashed the test process).
             defer { if fd >= 0 { close(fd) } }
             try Self.writeAll(fd, expected[...])
             // Past the stream's threshold: it streams. Now a write behind what was sent.
@@ -50,6 +52,7 @@ struct StreamMountTests {
             #expect(patch.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) } == patch.count)
             expected.replaceSubrange(0..<patch.count, with: patch)
             #expect(close(fd) == 0)
+            fd = -1
             try m.stowfs(["sync", m.mountpoint])
             #expect(try await m.storedBytes("patched.bin") == expected)
             let status = try m.stowfs(["status", m.mountpoint])
