@@ -50,8 +50,7 @@ public final class StowServer: Sendable {
 
     /// The ids of every stored blob, whatever its age (for tests and tools that count them).
     public func storedBlobIDs() async throws -> [String] {
-        if let s3 = service.blobs as? S3BlobStore { return try await s3.allBlobIDs() }
-        return try await service.blobs.blobIDs()
+        try await service.blobs.allBlobIDs()
     }
 
     /// Serves until a graceful-shutdown signal arrives (or the task is cancelled).
@@ -61,7 +60,7 @@ public final class StowServer: Sendable {
     public func run(signals: [UnixSignal] = [.sigterm, .sigint], onListening: @escaping @Sendable (String) async -> Void = { _ in }) async throws {
         let gc = GarbageCollector(service: service)
         // A bucket that cannot be reached, or that refuses the credentials, is said at start.
-        if let s3 = service.blobs as? S3BlobStore { try await s3.prepare() }
+        try await service.blobs.prepare()
         try await gc.sweepOrphans()
         // The client `uploads/copy` fetches with: no redirects, bounded waits. Shut down when the server stops.
         var httpConfig = HTTPClient.Configuration(redirectConfiguration: .disallow, timeout: .init(connect: .seconds(10), read: .seconds(60)))

@@ -205,13 +205,20 @@ extension StowService {
             deferLength: u.isDeferred ? true : nil)
     }
 
-    func complete(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+    /// What complete and renew take: the namespace (the token may write it), the start answer in
+    /// the body, and the upload id of its storage link.
+    func sessionRequest(_ request: Request, _ context: BasicRequestContext) async throws -> (ns: Namespace, body: StartUploadResponse, id: String) {
         let ns = try namespace(context)
         try authorize(request, ns.name, .write)
         let body = try await decode(StartUploadResponse.self, from: request)
         guard let id = Self.uploadID(fromLink: body.upload.url) else {
             throw APIError.badRequest("`upload.url` is not a storage link of this server")
         }
+        return (ns, body, id)
+    }
+
+    func complete(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        let (ns, body, id) = try await sessionRequest(request, context)
         guard var upload = try await store.upload(id: id), upload.namespace == ns else {
             throw APIError.notFound("no upload \(id) in namespace `\(ns)` (it may have expired)")
         }
@@ -240,12 +247,7 @@ extension StowService {
     /// away: a laptop asleep, a server that was down). The body is the start answer, as for
     /// complete; the answer is a start answer with the new link. The bytes sent so far stay.
     func renew(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
-        let ns = try namespace(context)
-        try authorize(request, ns.name, .write)
-        let body = try await decode(StartUploadResponse.self, from: request)
-        guard let id = Self.uploadID(fromLink: body.upload.url) else {
-            throw APIError.badRequest("`upload.url` is not a storage link of this server")
-        }
+        let (ns, _, id) = try await sessionRequest(request, context)
         // Under the session's lock, as the collector takes it: a session being collected is gone
         // when this reads it, never renewed after its bytes were removed.
         let renewed = try await activeUploads.exclusively(id) { () -> UploadRecord in

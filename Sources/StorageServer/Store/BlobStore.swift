@@ -38,6 +38,15 @@ public protocol BlobStore: Sendable {
     /// about to record them, for a store that several servers share.
     func blobIDs() async throws -> [String]
     func stagedIDs() async throws -> [String]
+    /// Checks, before the server serves, that the store answers (and makes what it needs).
+    func prepare() async throws
+    /// The ids of every stored blob, whatever its age (for tests and tools that count them).
+    func allBlobIDs() async throws -> [String]
+}
+
+extension BlobStore {
+    public func prepare() async throws {}
+    public func allBlobIDs() async throws -> [String] { try await blobIDs() }
 }
 
 /// Writes one upload's staging file, sequentially, buffering about a MiB at a time.

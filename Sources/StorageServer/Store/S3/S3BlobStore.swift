@@ -96,7 +96,7 @@ public final class S3BlobStore: BlobStore {
 
     public func deleteBlob(_ id: String) async throws { try await client.deleteObject(blobKey(id)) }
 
-    func allBlobIDs() async throws -> [String] {
+    public func allBlobIDs() async throws -> [String] {
         let prefix = client.key("blobs/")
         return try await client.listKeys(prefix: prefix).compactMap { $0.key.hasPrefix(prefix) ? String($0.key.dropFirst(prefix.count)) : nil }
     }
