@@ -1,7 +1,7 @@
 # StowFS — one entry point.
 #   make run    build release binaries, start a local stowd and mount the namespace `demo` at ./mnt (MNT=…)
 #   make stop   store what is queued and unmount it
-#   make test   install what is missing, build, run every test (Swift's; the server's again with blobs in S3; then the hostile-input suite and schemathesis against stowd)
+#   make test   install what is missing, build, run every test (Swift's; the server's and the hostile-input suite again on PostgreSQL + S3; then the hostile-input suite and schemathesis against stowd)
 SHELL := /bin/bash
 SWIFT ?= swift
 PREFIX ?= /usr/local
@@ -15,7 +15,7 @@ DOCDIR ?= $(PREFIX)/share/doc/stowfs
 BUILD_DIR ?= .build/release
 MNT ?= $(CURDIR)/mnt
 
-.PHONY: all deps build release test test-s3 run stop install install-files bench bench-smoke bench-server clean
+.PHONY: all deps build release test test-scaleout run stop install install-files bench bench-smoke bench-server clean
 
 all: build
 
@@ -32,12 +32,13 @@ test: deps
 	@scripts/timed.sh "swift build --build-tests" $(SWIFT) build --build-tests
 	@scripts/install-deps.sh hostile
 	@scripts/timed.sh "swift test" $(SWIFT) test --skip-build
-	@scripts/timed.sh "server suite on S3 (SeaweedFS)" scripts/test-s3.sh
+	@scripts/timed.sh "server suite, hostile input and schemathesis on PostgreSQL + S3" env STOW_ST_MAX_EXAMPLES=50 scripts/test-scaleout.sh
 	@scripts/timed.sh "hostile input and schemathesis" python3 -m pytest Tests/hostile -q
 
-# The server suite alone, on the S3 backend (after a build with --build-tests).
-test-s3:
-	@scripts/test-s3.sh
+# The server's suites on the scale-out backend (PostgreSQL + S3, started and stopped here), after a
+# build with --build-tests. TEST_ARGS="--filter StorageServerTests.PostgresTests" runs only those.
+test-scaleout:
+	@scripts/test-scaleout.sh $(TEST_ARGS)
 
 run: release
 	@scripts/run.sh "$(MNT)"

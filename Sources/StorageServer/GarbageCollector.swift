@@ -11,6 +11,9 @@ import StorageProtocol
 struct GarbageCollector: Service {
     let service: StowService
 
+    /// How long a collector keeps the dead blobs it claimed before another may claim them (ns).
+    static let claimLease: Int64 = 10 * 60 * 1_000_000_000
+
     init(service: StowService) { self.service = service }
 
     func run() async throws {
@@ -36,17 +39,21 @@ struct GarbageCollector: Service {
             // Being written right now: leave it to the next pass.
             guard service.activeUploads.begin(u.id) else { continue }
             defer { service.activeUploads.end(u.id) }
+            // The record goes first, if it is still expired (a renewal may have come, and with
+            // several replicas another collector may have taken it); then its bytes. A crash in
+            // between leaves bytes no record names, which the start-up sweep removes.
+            guard try await store.claimExpiredUpload(id: u.id, before: cutoff) else { continue }
             if u.state == .open {
                 try? await blobs.deleteStaged(u.id)
                 // A blob published by a complete that crashed before its commit names no inode.
                 if try await !store.isBlobInUse(u.id) { try? await blobs.deleteBlob(u.id) }
                 service.metrics.gcExpiredUploads.increment()
             }
-            try await store.deleteUpload(id: u.id)
             service.activeUploads.forget(u.id)
             uploads += 1
         }
-        let due = try await store.dueDeadBlobs(before: now, limit: 2000)
+        // Claimed for a lease: collectors of other replicas pass over them meanwhile.
+        let due = try await store.claimDeadBlobs(before: now, lease: Self.claimLease, limit: 2000)
         for id in due where try await !store.isBlobInUse(id) {
             try? await blobs.deleteBlob(id)
             deleted += 1

@@ -10,9 +10,12 @@ public struct ServerConfiguration: Sendable {
     /// Serve https with this certificate and key; nil (the default, and the embedded server's): plain http.
     public var tls: TLSFiles?
     public var tokens: TokenStore
-    /// Metadata in PostgreSQL (`--database postgres://USER[:PASS]@HOST:PORT/DB`); nil (the
-    /// default): SQLite in the data directory.
-    public var databaseURL: String?
+    /// Metadata in PostgreSQL (`--database postgres://USER[:PASS]@HOST:PORT/DB`), shared by every
+    /// replica that names it; nil (the default): SQLite in the data directory.
+    public var database: DatabaseLocation?
+    /// The URL-signing secret from this file (at least 32 bytes) instead of the data directory's
+    /// `secret.key` or, with `database`, the secret kept in the database.
+    public var signingKeyFile: String?
     /// Blobs in an S3-compatible bucket (`--object-store s3://BUCKET[/PREFIX]`); nil (the
     /// default): files in the data directory.
     public var objectStore: S3Location?

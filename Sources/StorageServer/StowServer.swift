@@ -7,6 +7,7 @@ import HummingbirdCore
 public import Logging
 import NIOCore
 import NIOSSL
+import PostgresNIO
 import ServiceLifecycle
 public import UnixSignals
 import StorageProtocol
@@ -39,8 +40,18 @@ public final class StowServer: Sendable {
             throw ServerError(message: "another stowd is already using \(dir); stop it, or give this one its own --data-dir")
         }
         lockDescriptor = lock
-        let secret = try Self.loadOrCreateSecret(at: dir + "/secret.key")
-        let store = try SQLiteMetadataStore(path: dir + "/stowd.sqlite", blobGraceSeconds: configuration.blobGrace)
+        let secret: Data
+        if let file = configuration.signingKeyFile {
+            secret = try Self.readSecret(file)
+        } else if configuration.database == nil {
+            secret = try Self.loadOrCreateSecret(at: dir + "/secret.key")
+        } else {
+            // Replaced by the database's before the server listens (see `run`).
+            secret = Self.randomSecret()
+        }
+        let store: any MetadataStore = try configuration.database.map {
+            try PostgresMetadataStore($0, blobGraceSeconds: configuration.blobGrace, logger: logger)
+        } ?? SQLiteMetadataStore(path: dir + "/stowd.sqlite", blobGraceSeconds: configuration.blobGrace)
         let blobs: any BlobStore = try configuration.objectStore.map { try S3BlobStore($0, stagingRoot: dir, sweepAge: TimeInterval(configuration.orphanSweepAge)) } ?? LocalBlobStore(root: dir)
         service = StowService(config: configuration, store: store, blobs: blobs, signer: URLSigner(secret: secret), logger: logger)
     }
@@ -59,9 +70,12 @@ public final class StowServer: Sendable {
     ///   - onListening: called once with the base URL the server listens on.
     public func run(signals: [UnixSignal] = [.sigterm, .sigint], onListening: @escaping @Sendable (String) async -> Void = { _ in }) async throws {
         let gc = GarbageCollector(service: service)
-        // A bucket that cannot be reached, or that refuses the credentials, is said at start.
-        try await service.blobs.prepare()
-        try await gc.sweepOrphans()
+        do {
+            try await start()
+        } catch {
+            await service.store.close()
+            throw error
+        }
         // The client `uploads/copy` fetches with: no redirects, bounded waits. Shut down when the server stops.
         var httpConfig = HTTPClient.Configuration(redirectConfiguration: .disallow, timeout: .init(connect: .seconds(10), read: .seconds(60)))
         httpConfig.connectionPool = .init(idleTimeout: .seconds(30))
@@ -75,9 +89,36 @@ public final class StowServer: Sendable {
             try await group.run()
         } catch {
             try? await http.shutdown()
+            await service.store.close()
             throw error
         }
         try? await http.shutdown()
+        await service.store.close()
+    }
+
+    /// Before the port opens: the database (migrated), the shared signing secret, the bucket, the orphan sweep.
+    private func start() async throws {
+        do {
+            try await service.store.prepare()
+        } catch {
+            throw ServerError(message: "cannot use the database \(service.config.database?.description ?? ""): \(Self.describe(error))")
+        }
+        if service.config.signingKeyFile == nil, let shared = try await service.store.sharedSecret(proposed: Self.randomSecret()) {
+            service.useSigningSecret(shared)
+        }
+        // A bucket that cannot be reached, or that refuses the credentials, is said at start.
+        try await service.blobs.prepare()
+        try await GarbageCollector(service: service).sweepOrphans()
+    }
+
+    /// An error as an operator reads it (PostgreSQL's own message where there is one).
+    static func describe(_ error: any Error) -> String {
+        if let e = error as? PSQLError {
+            if let message = e.serverInfo?[.message] { return message }
+            return "\(e.code)" + (e.underlying.map { ": \($0)" } ?? "")
+        }
+        if let e = error as? PostgresTransactionError, let inner = e.closureError ?? e.beginError ?? e.commitError { return describe(inner) }
+        return "\(error)"
     }
 
     /// Starts a graceful shutdown: stop accepting connections, finish the requests in flight, return from `run`.
@@ -125,10 +166,25 @@ public final class StowServer: Sendable {
 
     deinit { close(lockDescriptor) }
 
+    static func randomSecret() -> Data {
+        var rng = SystemRandomNumberGenerator()
+        return Data((0..<32).map { _ in UInt8.random(in: 0...255, using: &rng) })
+    }
+
+    /// `--signing-key-file`: at least 32 bytes, used as they are.
+    static func readSecret(_ path: String) throws -> Data {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw ServerError(message: "cannot read the signing key file \(path)")
+        }
+        guard data.count >= 32 else {
+            throw ServerError(message: "the signing key file \(path) holds \(data.count) bytes; it needs at least 32 (e.g. head -c 32 /dev/urandom > \(path))")
+        }
+        return data
+    }
+
     static func loadOrCreateSecret(at path: String) throws -> Data {
         if let data = FileManager.default.contents(atPath: path), data.count >= 32 { return data }
-        var rng = SystemRandomNumberGenerator()
-        let secret = Data((0..<32).map { _ in UInt8.random(in: 0...255, using: &rng) })
+        let secret = randomSecret()
         let tmp = path + ".tmp"
         guard FileManager.default.createFile(atPath: tmp, contents: secret, attributes: [.posixPermissions: 0o600]) else {
             throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: tmp])

@@ -5,13 +5,16 @@ import Hummingbird
 import Logging
 import NIOCore
 import StorageProtocol
+import Synchronization
 
 /// The state every route shares: stores, signer, tokens, metrics, uploads in progress.
 final class StowService: Sendable {
     let config: ServerConfiguration
     let store: any MetadataStore
     let blobs: any BlobStore
-    let signer: URLSigner
+    /// Set once at start; with a shared database, replaced by the database's secret before requests are taken.
+    private let signerBox: Mutex<URLSigner>
+    var signer: URLSigner { signerBox.withLock { $0 } }
     let metrics = ServerMetrics()
     let activeUploads = ActiveUploads()
     let copies: CopyTasks
@@ -21,9 +24,14 @@ final class StowService: Sendable {
         self.config = config
         self.store = store
         self.blobs = blobs
-        self.signer = signer
+        self.signerBox = Mutex(signer)
         self.logger = logger
         self.copies = CopyTasks()
+    }
+
+    /// Signs and checks links with this secret from now on (the shared one, before the server listens).
+    func useSigningSecret(_ secret: Data) {
+        signerBox.withLock { $0 = URLSigner(secret: secret) }
     }
 
     // MARK: - Auth

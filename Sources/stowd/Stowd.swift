@@ -11,6 +11,8 @@ struct Stowd: AsyncParsableCommand {
         abstract: "The StowFS storage service: namespaces of files over HTTP, with signed upload and download links.",
         discussion: """
             Metadata lives in SQLite and file contents in a local folder, both under --data-dir.
+            With --database postgres://…, metadata lives in PostgreSQL instead, shared by every stowd
+            that names it (with --object-store, those replicas can serve the same namespaces).
             With --object-store s3://BUCKET, file contents live in that bucket instead (uploads in
             progress stay under --data-dir until they complete).
             The first line of standard output is the URL the server listens on (useful with --port 0).
@@ -61,6 +63,17 @@ struct Stowd: AsyncParsableCommand {
     var logLevel: String = "info"
 
     @Option(help: ArgumentHelp(
+        """
+        Keep metadata in PostgreSQL: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?sslmode=…&schema=…&pool=N] \
+        (default: $STOWD_DATABASE, else SQLite in --data-dir). The schema is made and migrated at start.
+        """,
+        valueName: "url"))
+    var database: String?
+
+    @Option(help: "The URL-signing secret (at least 32 bytes) from this file, instead of <data-dir>/secret.key or, with --database, the one kept in the database.")
+    var signingKeyFile: String?
+
+    @Option(help: ArgumentHelp(
         "Keep file contents in an S3-compatible bucket: s3://BUCKET[/PREFIX]. Credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.",
         valueName: "url"))
     var objectStore: String?
@@ -89,6 +102,17 @@ struct Stowd: AsyncParsableCommand {
         }
         guard uploadLinkLifetime > 0, gcInterval > 0 else { throw ValidationError("--upload-link-lifetime and --gc-interval must be positive") }
         _ = try s3Location()
+        _ = try databaseLocation()
+    }
+
+    /// --database, else $STOWD_DATABASE; nil: SQLite.
+    func databaseLocation() throws -> DatabaseLocation? {
+        guard let url = database ?? ProcessInfo.processInfo.environment["STOWD_DATABASE"].flatMap({ $0.isEmpty ? nil : $0 }) else { return nil }
+        do {
+            return try DatabaseLocation(parsing: url)
+        } catch {
+            throw ValidationError("--database: \(error.description)")
+        }
     }
 
     /// The bucket of --object-store, with its endpoint and the credentials from the environment.
@@ -131,8 +155,10 @@ struct Stowd: AsyncParsableCommand {
         config.copyAllowedHosts = copyAllowHost
         config.metricsAccess = ServerConfiguration.MetricsAccess(rawValue: metricsAccess) ?? .open
         config.objectStore = try s3Location()
+        config.database = try databaseLocation()
+        config.signingKeyFile = signingKeyFile
         let server = try StowServer(configuration: config, logger: logger)
-        logger.info("data in \(dataDir); \(source)")
+        logger.info("data in \(dataDir)\(config.database.map { ", metadata in \($0)" } ?? ""); \(source)")
         try await server.run { url in
             FileHandle.standardOutput.write(Data((url + "\n").utf8))
             logger.info("listening on \(url)")

@@ -1,6 +1,7 @@
 import Foundation
 import StorageClient
 import StorageProtocol
+@testable import StorageServer
 import Testing
 
 @Suite("downloads: signed URLs, ranges, public files")
@@ -75,7 +76,8 @@ struct DownloadTests {
             let extended = good.replacingOccurrences(of: "expires=\(expires)", with: "expires=\(Int64(expires)! + 1000)")
             #expect(try await s.raw.send("GET", extended, token: nil).status == 403)
             // An expired one: a valid signature whose time has passed.
-            let signer = URLSigner(secret: try Data(contentsOf: URL(fileURLWithPath: s.dataDirectory + "/secret.key")))
+            // The server's own signer (its secret is in the data directory, or in the database when there is one).
+            let signer = s.server.service.signer
             let past = Timestamp.nowSeconds() - 5
             let expired = try await s.raw.send("GET", "/cdn/test/a?" + signer.query(scope: .read, resource: "cdn/test/a", expires: past), token: nil)
             #expect(expired.status == 403)

@@ -22,7 +22,7 @@ final class StowdProcess: Sendable {
         var env = ProcessInfo.processInfo.environment
         env["STOWD_TOKEN"] = Self.token
         // The same bucket prefix for every start on this data directory (a restart finds its blobs).
-        let backend = TestBackend.stowdArguments(TestBackend.s3Location(for: dataDirectory))
+        let backend = TestBackend.stowdArguments(for: dataDirectory)
         env.merge(backend.environment) { $1 }
         child = StowdChildBox(try StowdChild(
             binary: Self.binDirectory + "/stowd",

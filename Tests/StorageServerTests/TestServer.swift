@@ -62,6 +62,7 @@ func withServer(
     var config = ServerConfiguration(dataDirectory: dir, tokens: tokens)
     config.port = 0
     config.objectStore = TestBackend.s3Location(for: dir)
+    config.database = TestBackend.database(for: dir)
     configure(&config)
     var logger = Logger(label: "stowd-test")
     logger.logLevel = .warning
@@ -87,6 +88,9 @@ func withServer(
     do {
         if try await admin.namespaces().isEmpty { _ = try await admin.createNamespace(try Namespace("test")) }
         try await body(test)
+        // Whatever the test did, the tree it leaves is sound (both backends, every test).
+        let problems = try await server.store.integrityProblems(limit: 20)
+        #expect(problems.isEmpty, "the metadata store is not sound after the test: \(problems)")
     } catch {
         failure = error
     }
@@ -95,6 +99,25 @@ func withServer(
     await server.shutdown()
     _ = try? await task.value
     if let failure { throw failure }
+}
+
+/// Runs `body` against `count` servers that share one metadata store and one blob store (replicas,
+/// each with its own data directory) when the backend allows it (PostgreSQL); on the embedded
+/// backend, against one server `count` times (its single process then plays every replica).
+/// Stops them all and removes their data, whatever happens.
+func withReplicas(_ count: Int, configure: @escaping (inout ServerConfiguration) -> Void = { _ in }, _ body: ([TestServer]) async throws -> Void) async throws {
+    guard TestBackend.isPostgres, count > 1 else {
+        try await withServer(configure: configure) { s in try await body(Array(repeating: s, count: max(count, 1))) }
+        return
+    }
+    let directories = (0..<count).map { _ in makeTempDirectory("replica") }
+    defer { for d in directories { try? FileManager.default.removeItem(atPath: d) } }
+    for d in directories.dropFirst() { TestBackend.share(directories[0], with: d) }
+    func nest(_ i: Int, _ started: [TestServer]) async throws {
+        if i == count { return try await body(started) }
+        try await withServer(dataDirectory: directories[i], configure: configure) { s in try await nest(i + 1, started + [s]) }
+    }
+    try await nest(0, [])
 }
 
 /// Raw HTTP requests, where the protocol's details are what a test checks.

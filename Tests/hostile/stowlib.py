@@ -231,6 +231,24 @@ class RawConnection:
 # The server
 
 
+def backend_arguments(env: dict) -> list[str]:
+    """The scale-out backend when the environment names one (as scripts/test-scaleout.sh does):
+    with STOW_TEST_DATABASE_URL, metadata in a fresh schema of that PostgreSQL (STOWD_DATABASE);
+    with STOW_TEST_S3_ENDPOINT, blobs under a fresh prefix of that bucket. Changes `env` in place."""
+    args: list[str] = []
+    tag = os.urandom(4).hex()
+    if env.get("STOW_TEST_DATABASE_URL"):
+        url = env["STOW_TEST_DATABASE_URL"]
+        env["STOWD_DATABASE"] = url + ("&" if "?" in url else "?") + f"sslmode=disable&pool=4&schema=h_{tag}"
+    if env.get("STOW_TEST_S3_ENDPOINT"):
+        args += ["--object-store", f"s3://{env.get('STOW_TEST_S3_BUCKET', 'stow-test')}/h-{tag}",
+                 "--s3-endpoint", env["STOW_TEST_S3_ENDPOINT"]]
+        env["AWS_ACCESS_KEY_ID"] = env.get("STOW_TEST_S3_ACCESS_KEY", "")
+        env["AWS_SECRET_ACCESS_KEY"] = env.get("STOW_TEST_S3_SECRET_KEY", "")
+    return args
+
+
+
 class Stowd:
     """One `stowd` process on a fresh data directory, with namespace `test` and the kept files."""
 
@@ -267,9 +285,10 @@ class Stowd:
         self.workdir = tempfile.mkdtemp(prefix="stowd-hostile-")
         data = os.path.join(self.workdir, "data")
         env = dict(os.environ, STOWD_TOKEN=self.token)
+        backend = backend_arguments(env)
         err = open(self.stderr_path, "wb")
         self.proc = subprocess.Popen(
-            [self.binary, "--data-dir", data, "--port", "0", "--log-level", "warning", *self.extra_args],
+            [self.binary, "--data-dir", data, "--port", "0", "--log-level", "warning", *backend, *self.extra_args],
             stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
         )
         err.close()

@@ -45,10 +45,10 @@ extension StowService {
             .lastModified: HTTPDate.format(seconds: node.inode.mtimeNs / 1_000_000_000),
             .cacheControl: node.inode.isPublic && !authorized ? "public, max-age=60" : "private, max-age=60",
         ]
-        if let ifNoneMatch = request.headers[.ifNoneMatch], SQLiteMetadataStore.etagMatches(ifNoneMatch, node.inode.etag) {
+        if let ifNoneMatch = request.headers[.ifNoneMatch], ETag.matches(ifNoneMatch, node.inode.etag) {
             return Response(status: .notModified, headers: headers)
         }
-        if let ifMatch = request.headers[.ifMatch], !SQLiteMetadataStore.etagMatches(ifMatch, node.inode.etag) {
+        if let ifMatch = request.headers[.ifMatch], !ETag.matches(ifMatch, node.inode.etag) {
             throw APIError(.preconditionFailed, .preconditionFailed, "the file has changed (ETag is now \(etag))", headers: [.eTag: etag])
         }
         var status = HTTPResponse.Status.ok

@@ -107,7 +107,7 @@ extension StowService {
             guard size >= 0, size <= config.maxUploadSize else { throw APIError.badRequest("`size` must be between 0 and \(config.maxUploadSize)") }
             let node = try await store.node(ns, path)
             guard node.inode.kind == .file, let blob = node.inode.blob else { throw StoreError.isADirectory(path) }
-            if let ifMatch, !SQLiteMetadataStore.etagMatches(ifMatch, node.inode.etag) {
+            if let ifMatch, !ETag.matches(ifMatch, node.inode.etag) {
                 throw StoreError.preconditionFailed("`\(path)` has changed (ETag \(node.inode.etag))")
             }
             if size != node.inode.size {

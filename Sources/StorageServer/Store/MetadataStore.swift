@@ -9,9 +9,19 @@ public import StorageProtocol
 /// second entry on one inode; a rename moves one entry, a whole folder included, in one
 /// transaction. Every method is one transaction: it either changes everything it says or nothing.
 ///
-/// One implementation today (`SQLiteMetadataStore`); routes and tests see only this protocol, so
-/// another store (PostgreSQL) can be added without touching them.
+/// Two implementations: `SQLiteMetadataStore` (the default, in the data directory) and
+/// `PostgresMetadataStore` (`--database`, shared by several replicas). Routes and tests see only
+/// this protocol; the server's test suite runs on both.
 public protocol MetadataStore: Sendable {
+    // MARK: life cycle
+    /// Connects, checks and migrates the schema; called once before the server takes requests.
+    func prepare() async throws
+    /// Lets go of connections; the store is not used after.
+    func close() async
+    /// The URL-signing secret every server on this store shares: `proposed` if none was kept yet,
+    /// else the one kept. nil when the store keeps none (SQLite: the data directory's `secret.key` is used).
+    func sharedSecret(proposed: Data) async throws -> Data?
+
     // MARK: namespaces
     func createNamespace(_ ns: Namespace) async throws -> (NamespaceInfo, created: Bool)
     func deleteNamespace(_ ns: Namespace, recursive: Bool) async throws
@@ -53,7 +63,12 @@ public protocol MetadataStore: Sendable {
 
     // MARK: garbage collection
     func expiredUploads(before seconds: Int64, limit: Int) async throws -> [UploadRecord]
-    func dueDeadBlobs(before nanoseconds: Int64, limit: Int) async throws -> [String]
+    /// Deletes an upload whose link expired before `seconds` if it still has; false when it was
+    /// renewed meanwhile or is gone (another collector took it). The collector deletes its bytes after.
+    func claimExpiredUpload(id: String, before seconds: Int64) async throws -> Bool
+    /// Dead blobs due before `nanoseconds`, claimed for `lease` nanoseconds: no other collector gets
+    /// them until then (they are due again if this one stops before `forgetDeadBlobs`).
+    func claimDeadBlobs(before nanoseconds: Int64, lease: Int64, limit: Int) async throws -> [String]
     /// Drops these ids from the dead list, and the bytes of those stored inline that no inode names.
     func forgetDeadBlobs(_ ids: [String]) async throws
     /// Whether an inode points at this blob.
@@ -61,6 +76,16 @@ public protocol MetadataStore: Sendable {
     /// Which of these blob ids are still in use (by an inode, an upload, or the dead list).
     func referencedBlobs(among ids: [String]) async throws -> Set<String>
     func statistics() async throws -> StoreStatistics
+    /// What is wrong with the tree, if anything (empty when sound): entries whose parent or inode
+    /// is missing, inodes no entry names, link counts that do not match, folders with two names,
+    /// folders that cannot be reached from their namespace's root (a cycle). At most `limit` lines.
+    func integrityProblems(limit: Int) async throws -> [String]
+}
+
+extension MetadataStore {
+    public func prepare() async throws {}
+    public func close() async {}
+    public func sharedSecret(proposed: Data) async throws -> Data? { nil }
 }
 
 /// A namespace and its root folder.
@@ -206,6 +231,8 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case preconditionFailed(String)
     case conflict(String)
     case badRequest(String)
+    /// The store cannot be reached now (a database that is away): try again.
+    case unavailable(String)
 
     public var description: String {
         switch self {
@@ -219,6 +246,7 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .preconditionFailed(let why): why
         case .conflict(let why): why
         case .badRequest(let why): why
+        case .unavailable(let why): why
         }
     }
 }
@@ -232,5 +260,62 @@ public struct InlineFile: Sendable {
         self.upload = upload
         self.blob = blob
         self.bytes = bytes
+    }
+}
+
+/// The checks of `MetadataStore.integrityProblems`, in SQL both stores run: each query selects
+/// one `problem` text per thing wrong. The recursive walk from the roots is bounded by depth, so a
+/// cycle cannot make it run forever.
+enum IntegrityChecks {
+    static let queries: [String] = [
+        """
+        SELECT 'entry ' || e.parent || '/' || e.name || ': its folder (inode ' || e.parent || ') is missing' AS problem
+        FROM entries e WHERE NOT EXISTS (SELECT 1 FROM inodes i WHERE i.ino = e.parent)
+        """,
+        """
+        SELECT 'entry ' || e.parent || '/' || e.name || ': its inode ' || e.ino || ' is missing' AS problem
+        FROM entries e WHERE NOT EXISTS (SELECT 1 FROM inodes i WHERE i.ino = e.ino)
+        """,
+        """
+        SELECT 'inode ' || i.ino || ' (' || i.kind || ') has no name' AS problem FROM inodes i
+        WHERE NOT EXISTS (SELECT 1 FROM entries e WHERE e.ino = i.ino) AND NOT EXISTS (SELECT 1 FROM namespaces n WHERE n.root = i.ino)
+        """,
+        """
+        SELECT 'inode ' || i.ino || ' has nlink ' || i.nlink || ' but ' || (SELECT count(*) FROM entries e WHERE e.ino = i.ino) || ' names' AS problem
+        FROM inodes i WHERE i.kind <> 'dir' AND i.nlink <> (SELECT count(*) FROM entries e WHERE e.ino = i.ino)
+        """,
+        """
+        SELECT 'folder ' || i.ino || ' has nlink ' || i.nlink || ' but ' || (SELECT count(*) FROM entries e JOIN inodes c ON c.ino = e.ino
+            WHERE e.parent = i.ino AND c.kind = 'dir') || ' subfolders' AS problem
+        FROM inodes i WHERE i.kind = 'dir'
+            AND i.nlink <> 2 + (SELECT count(*) FROM entries e JOIN inodes c ON c.ino = e.ino WHERE e.parent = i.ino AND c.kind = 'dir')
+        """,
+        """
+        SELECT 'folder ' || e.ino || ' has ' || count(*) || ' names' AS problem FROM entries e JOIN inodes i ON i.ino = e.ino
+        WHERE i.kind = 'dir' GROUP BY e.ino HAVING count(*) > 1
+        """,
+        """
+        WITH RECURSIVE reach(ino, depth) AS (
+            SELECT root, 0 FROM namespaces
+            UNION ALL
+            SELECT e.ino, reach.depth + 1 FROM reach JOIN entries e ON e.parent = reach.ino WHERE reach.depth < 10000
+        )
+        SELECT 'inode ' || i.ino || ' (' || i.kind || ') cannot be reached from the root of ' || i.namespace || ' (a cycle?)' AS problem
+        FROM inodes i WHERE NOT EXISTS (SELECT 1 FROM reach r WHERE r.ino = i.ino)
+        """,
+    ]
+}
+
+/// ETags as the conditional headers name them.
+enum ETag {
+    /// Compares an `If-Match` value (possibly quoted, possibly a list, possibly `*`) with an ETag.
+    /// PostgreSQL's `stow_etag_matches` does the same inside the database.
+    static func matches(_ header: String, _ etag: String) -> Bool {
+        header.split(separator: ",").contains { raw in
+            var v = raw.trimmingCharacters(in: .whitespaces)
+            if v.hasPrefix("W/") { v.removeFirst(2) }
+            if v == "*" { return true }
+            return v.trimmingCharacters(in: CharacterSet(charactersIn: "\"")) == etag
+        }
     }
 }

@@ -303,7 +303,7 @@ public final class SQLiteMetadataStore: MetadataStore {
             guard let ino = try Self.lookup(db, parent, path.name) else { throw StoreError.notFound(path) }
             let inode = try Self.inode(db, ino)
             guard inode.kind != .directory else { throw StoreError.isADirectory(path) }
-            if let ifMatch, !Self.etagMatches(ifMatch, inode.etag) {
+            if let ifMatch, !ETag.matches(ifMatch, inode.etag) {
                 throw StoreError.preconditionFailed("`\(path)` has changed (ETag \(inode.etag))")
             }
             try Self.removeEntry(db, parent: parent, name: path.name, ino: ino, isDirectory: false, now: Timestamp.nowNanoseconds(), graceNs: grace)
@@ -400,7 +400,7 @@ public final class SQLiteMetadataStore: MetadataStore {
         try await pool.write { db in
             let ino = try Self.resolve(db, ns, path)
             var inode = try Self.inode(db, ino)
-            if let ifMatch, !Self.etagMatches(ifMatch, inode.etag) {
+            if let ifMatch, !ETag.matches(ifMatch, inode.etag) {
                 throw StoreError.preconditionFailed("`\(path)` has changed (ETag \(inode.etag))")
             }
             let now = Timestamp.nowNanoseconds()
@@ -540,7 +540,7 @@ public final class SQLiteMetadataStore: MetadataStore {
         if let existing = try Self.lookup(db, parent, path.name) {
             var inode = try Self.inode(db, existing)
             if p.ifNoneMatch == "*" { throw StoreError.preconditionFailed("`\(path)` exists already") }
-            if let ifMatch = p.ifMatch, !Self.etagMatches(ifMatch, inode.etag) {
+            if let ifMatch = p.ifMatch, !ETag.matches(ifMatch, inode.etag) {
                 throw StoreError.preconditionFailed("`\(path)` has changed (ETag \(inode.etag))")
             }
             switch inode.kind {
@@ -627,9 +627,21 @@ public final class SQLiteMetadataStore: MetadataStore {
         }
     }
 
-    public func dueDeadBlobs(before nanoseconds: Int64, limit: Int) async throws -> [String] {
-        try await pool.read { db in
-            try String.fetchAll(try db.cachedStatement(sql: "SELECT blob FROM dead_blobs WHERE delete_after < ? LIMIT ?"), arguments: [nanoseconds, limit])
+    public func claimExpiredUpload(id: String, before seconds: Int64) async throws -> Bool {
+        try await pool.write { db in
+            try db.executeCached(sql: "DELETE FROM uploads WHERE id = ? AND expires_at < ?", arguments: [id, seconds])
+            return db.changesCount > 0
+        }
+    }
+
+    public func claimDeadBlobs(before nanoseconds: Int64, lease: Int64, limit: Int) async throws -> [String] {
+        try await pool.write { db in
+            let due = try String.fetchAll(
+                try db.cachedStatement(sql: "SELECT blob FROM dead_blobs WHERE delete_after < ? ORDER BY delete_after LIMIT ?"), arguments: [nanoseconds, limit])
+            for id in due {
+                try db.executeCached(sql: "UPDATE dead_blobs SET delete_after = ? WHERE blob = ?", arguments: [nanoseconds + lease, id])
+            }
+            return due
         }
     }
 
@@ -671,6 +683,18 @@ public final class SQLiteMetadataStore: MetadataStore {
                 bytes: row?["bytes"] ?? 0,
                 openUploads: try Int.fetchOne(try db.cachedStatement(sql: "SELECT count(*) FROM uploads WHERE state = 'open'")) ?? 0,
                 deadBlobs: try Int.fetchOne(try db.cachedStatement(sql: "SELECT count(*) FROM dead_blobs")) ?? 0)
+        }
+    }
+}
+
+extension SQLiteMetadataStore {
+    public func integrityProblems(limit: Int) async throws -> [String] {
+        try await pool.read { db in
+            var problems: [String] = []
+            for sql in IntegrityChecks.queries where problems.count < limit {
+                problems += try String.fetchAll(db, sql: "SELECT problem FROM (\(sql)) LIMIT \(limit - problems.count)")
+            }
+            return problems
         }
     }
 }
@@ -863,15 +887,6 @@ extension SQLiteMetadataStore {
         String(decoding: WireJSON.encode(value), as: UTF8.self)
     }
 
-    /// Compares an `If-Match` value (possibly quoted, possibly a list, possibly `*`) with an ETag.
-    static func etagMatches(_ header: String, _ etag: String) -> Bool {
-        header.split(separator: ",").contains { raw in
-            var v = raw.trimmingCharacters(in: .whitespaces)
-            if v.hasPrefix("W/") { v.removeFirst(2) }
-            if v == "*" { return true }
-            return v.trimmingCharacters(in: CharacterSet(charactersIn: "\"")) == etag
-        }
-    }
 }
 
 extension Database {

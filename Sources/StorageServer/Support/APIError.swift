@@ -60,8 +60,7 @@ public struct APIError: Error, HTTPResponseError, Sendable, CustomStringConverti
             case .notFound(let id): return APIError(.notFound, .notFound, "content \(id) is gone")
             case .unavailable(let why):
                 // The reason (the store's answer) stays in the log; the client learns to try again.
-                let reference = String(UInt32.random(in: 0...UInt32.max), radix: 16)
-                return APIError(.serviceUnavailable, .unavailable, "the object store is unavailable; try again (reference \(reference) in the server's log)", detail: "reference \(reference): \(why)")
+                return unavailable("the object store is unavailable; try again", detail: why)
             }
         case let e as URLSigner.Rejection:
             switch e {
@@ -100,7 +99,16 @@ public struct APIError: Error, HTTPResponseError, Sendable, CustomStringConverti
         case .preconditionFailed: APIError(.preconditionFailed, .preconditionFailed, e.description)
         case .conflict: APIError(.conflict, .conflict, e.description)
         case .badRequest: APIError(.badRequest, .badRequest, e.description)
+        case .unavailable(let why):
+            // The reason stays in the log; the client learns to try again.
+            unavailable("the database is unavailable; try again", detail: why)
         }
+    }
+
+    /// 503 with a reference to the log line that gives `detail`.
+    static func unavailable(_ message: String, detail: String) -> APIError {
+        let reference = String(UInt32.random(in: 0...UInt32.max), radix: 16)
+        return APIError(.serviceUnavailable, .unavailable, "\(message) (reference \(reference) in the server's log)", detail: "reference \(reference): \(detail)")
     }
 
     /// A readable account of a JSON decoding failure: which field, and what was wrong.

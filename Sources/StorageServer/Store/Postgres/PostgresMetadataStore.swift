@@ -1,0 +1,687 @@
+public import Foundation
+public import Logging
+import NIOCore
+import NIOFoundationCompat
+import NIOSSL
+import PostgresNIO
+public import StorageProtocol
+import Synchronization
+
+/// The PostgreSQL metadata store (`stowd --database postgres://…`): the SQLite store's model and
+/// behaviour, shared by every stowd replica that names the same database.
+///
+/// Every method is one statement, most of them one call of a PL/pgSQL function of `PostgresSchema`
+/// (one round trip, one transaction at READ COMMITTED, rows locked in inode order inside). A call
+/// that lost a race (serialization failure, deadlock, a unique name taken meanwhile, `SN040`) runs
+/// again, up to `attempts` times, with a short random backoff; the refusals of the schema come back
+/// as `StoreError`s. While the database cannot be reached, a call waits at most `leaseTimeout` for a
+/// connection and then fails with `StoreError.unavailable` (503), so a request never hangs on it.
+///
+/// LOCK ORDERING: none in Swift (no lock is held across an await); PostgreSQL's row locks are taken
+/// in ascending inode order by the functions.
+public final class PostgresMetadataStore: MetadataStore {
+    let location: DatabaseLocation
+    let client: PostgresClient
+    let blobGraceNs: Int64
+    let logger: Logger
+    private let runner: Task<Void, Never>
+    /// How long a call waits for a connection before it answers "unavailable".
+    let leaseTimeout: Duration
+    /// False after a call found the database away, until one gets through: meanwhile calls wait
+    /// only `retryLeaseTimeout`, so that requests fail at once during an outage instead of each
+    /// waiting `leaseTimeout`.
+    private let reachable = Atomic<Bool>(true)
+    static let retryLeaseTimeout: Duration = .milliseconds(500)
+    /// How many times a call that lost a race is run.
+    static let attempts = 8
+
+    public init(_ location: DatabaseLocation, blobGraceSeconds: Int64, logger: Logger, leaseTimeout: Duration = .seconds(5)) throws {
+        self.location = location
+        blobGraceNs = blobGraceSeconds * 1_000_000_000
+        self.logger = logger
+        self.leaseTimeout = leaseTimeout
+        var config: PostgresClient.Configuration
+        if let folder = location.socketFolder {
+            config = .init(unixSocketPath: folder + "/.s.PGSQL.\(location.port)", username: location.user, password: location.password, database: location.database)
+        } else {
+            config = .init(host: location.host ?? "127.0.0.1", port: location.port, username: location.user, password: location.password,
+                           database: location.database, tls: try Self.tls(location))
+        }
+        config.options.maximumConnections = location.poolSize
+        config.options.connectTimeout = .seconds(5)
+        // A statement never runs unbounded; a session never sits in an open transaction.
+        var startup: [(String, String)] = [("statement_timeout", "60000"), ("idle_in_transaction_session_timeout", "60000"),
+                                           ("application_name", "stowd")]
+        if let schema = location.schema { startup.append(("search_path", schema)) }
+        config.options.additionalStartupParameters = startup
+        let client = PostgresClient(configuration: config)
+        self.client = client
+        runner = Task { await client.run() }
+    }
+
+    deinit { runner.cancel() }
+
+    static func tls(_ location: DatabaseLocation) throws -> PostgresClient.Configuration.TLS {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        switch location.tls {
+        case .disable:
+            return .disable
+        case .prefer, .require:
+            tls.certificateVerification = .none
+            return location.tls == .prefer ? .prefer(tls) : .require(tls)
+        case .verifyFull:
+            if let file = location.rootCertificates { tls.trustRoots = .file(file) }
+            return .require(tls)
+        }
+    }
+
+    // MARK: - Running statements
+
+    /// Runs one statement and returns its rows (with the retries and error mapping described above).
+    func rows(_ q: PostgresQuery) async throws -> [PostgresRandomAccessRow] {
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                let rows = try await withConnection { [logger] connection in
+                    var out: [PostgresRandomAccessRow] = []
+                    for try await row in try await connection.query(q, logger: logger) { out.append(row.makeRandomAccess()) }
+                    return out
+                }
+                reachable.store(true, ordering: .relaxed)
+                return rows
+            } catch let error as PSQLError where Self.isRetryable(error) && attempt < Self.attempts {
+                try await Task.sleep(for: .microseconds(Int.random(in: 200...(1000 << min(attempt, 6)))))
+            } catch {
+                let mapped = Self.mapError(error)
+                if case StoreError.unavailable = mapped { reachable.store(false, ordering: .relaxed) }
+                throw mapped
+            }
+        }
+    }
+
+    /// A connection for `body`, or `StoreError.unavailable` when none comes within `leaseTimeout`.
+    func withConnection<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+        let leased = LeaseFlag()
+        let client = self.client, timeout = reachable.load(ordering: .relaxed) ? leaseTimeout : Self.retryLeaseTimeout
+        return try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask {
+                try await client.withConnection { connection in
+                    leased.set()
+                    return try await body(connection)
+                }
+            }
+            group.addTask {
+                try await Task.sleep(for: timeout)
+                if leased.isSet { return nil }
+                throw StoreError.unavailable("no connection to the database within \(timeout)")
+            }
+            while let result = try await group.next() {
+                if let result {
+                    group.cancelAll()
+                    return result
+                }
+            }
+            throw CancellationError()
+        }
+    }
+
+    static func isRetryable(_ error: PSQLError) -> Bool {
+        guard let state = error.serverInfo?[.sqlState] else { return false }
+        // serialization failure, deadlock, a unique key taken meanwhile, a lock not available, a name moved (SN040)
+        return ["40001", "40P01", "23505", "55P03", "SN040"].contains(state)
+    }
+
+    /// The schema's refusals as `StoreError`s; a database that is away as `unavailable`.
+    static func mapError(_ error: any Error) -> any Error {
+        guard let e = error as? PSQLError else { return error }
+        if let state = e.serverInfo?[.sqlState] {
+            let message = e.serverInfo?[.message] ?? ""
+            let detail = e.serverInfo?[.detail] ?? ""
+            let path = detail.isEmpty ? StoragePath.root : ((try? StoragePath(detail)) ?? .root)
+            switch state {
+            case "SN001": return (try? Namespace(detail)).map { StoreError.namespaceNotFound($0) } ?? StoreError.badRequest(message)
+            case "SN002": return StoreError.notFound(path)
+            case "SN003": return StoreError.exists(path)
+            case "SN004": return StoreError.notEmpty(path)
+            case "SN005": return StoreError.notADirectory(path)
+            case "SN006": return StoreError.isADirectory(path)
+            case "SN007": return StoreError.invalidRename(message)
+            case "SN008": return StoreError.preconditionFailed(message)
+            case "SN009": return StoreError.conflict(message)
+            case "SN010": return StoreError.badRequest(message)
+            case "SN040", "40001", "40P01", "23505", "55P03":
+                return StoreError.conflict("the same names were being changed by other requests; try again")
+            default: break
+            }
+            // Data the database refuses (a NUL in text, a number out of range): the request's fault.
+            if state.hasPrefix("22") { return StoreError.badRequest("the database refused a value: \(message)") }
+            // Connection failures, the server shutting down or starting, too many connections.
+            if state.hasPrefix("08") || ["57P01", "57P02", "57P03", "53300", "57014"].contains(state) {
+                return StoreError.unavailable("the database answered \(state): \(message)")
+            }
+            return error
+        }
+        switch e.code {
+        case .connectionError, .serverClosedConnection, .clientClosedConnection, .uncleanShutdown, .poolClosed, .sslUnsupported,
+            .failedToAddSSLHandler:
+            return StoreError.unavailable("the database connection failed: \(e.code)")
+        default:
+            return error
+        }
+    }
+
+    // MARK: - Schema
+
+    public func prepare() async throws {
+        let schema = location.schema
+        try await withConnection { [logger] connection in
+            // One stowd migrates at a time; the others wait here, then find it done.
+            let key = "stowd migrations \(schema ?? "public")"
+            _ = try await connection.query("SELECT pg_advisory_lock(hashtextextended(\(key), 0))", logger: logger).collect()
+            do {
+                try await Self.migrate(connection, schema: schema, logger: logger)
+            } catch {
+                _ = try? await connection.query("SELECT pg_advisory_unlock(hashtextextended(\(key), 0))", logger: logger).collect()
+                throw error
+            }
+            _ = try await connection.query("SELECT pg_advisory_unlock(hashtextextended(\(key), 0))", logger: logger).collect()
+        }
+    }
+
+    static func migrate(_ connection: PostgresConnection, schema: String?, logger: Logger) async throws {
+        if let schema {
+            // A plain identifier (checked by DatabaseLocation): safe to put in the statement.
+            _ = try await connection.query(PostgresQuery(unsafeSQL: "CREATE SCHEMA IF NOT EXISTS \(schema)"), logger: logger).collect()
+        }
+        _ = try await connection.query(
+            """
+            CREATE TABLE IF NOT EXISTS stow_migrations (
+                version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())
+            """, logger: logger
+        ).collect()
+        var applied = Set<Int>()
+        for row in try await connection.query("SELECT version FROM stow_migrations", logger: logger).collect() {
+            applied.insert(Int(try row.decode(Int32.self)))
+        }
+        let known = PostgresSchema.migrations.map(\.version).max() ?? 0
+        if let newest = applied.max(), newest > known {
+            throw ServerError(message: "the database was migrated by a newer stowd (schema version \(newest); this stowd knows up to \(known)): run the newer stowd")
+        }
+        for migration in PostgresSchema.migrations where !applied.contains(migration.version) {
+            try await connection.withTransaction(logger: logger) { c in
+                for statement in migration.statements {
+                    _ = try await c.query(PostgresQuery(unsafeSQL: statement), logger: logger).collect()
+                }
+                _ = try await c.query("INSERT INTO stow_migrations(version, name) VALUES (\(Int32(migration.version)), \(migration.name))", logger: logger).collect()
+            }
+            logger.info("database: applied migration \(migration.version) (\(migration.name))")
+        }
+    }
+
+    public func close() async {
+        runner.cancel()
+        await runner.value
+    }
+
+    public func sharedSecret(proposed: Data) async throws -> Data? {
+        for _ in 0..<3 {
+            // The first replica's secret wins; a concurrent insert is seen by the next statement.
+            let rows = try await rows(
+                """
+                WITH made AS (INSERT INTO settings(key, value) VALUES ('url-signing-secret', \(ByteBuffer(data: proposed)))
+                              ON CONFLICT (key) DO NOTHING RETURNING value)
+                SELECT value FROM made UNION ALL SELECT value FROM settings WHERE key = 'url-signing-secret'
+                """)
+            if let first = rows.first {
+                let buffer = try first["value"].decode(ByteBuffer.self)
+                return Data(buffer.readableBytesView)
+            }
+        }
+        throw StoreError.conflict("the signing secret could not be read from the database")
+    }
+
+    // MARK: - Namespaces
+
+    public func createNamespace(_ ns: Namespace) async throws -> (NamespaceInfo, created: Bool) {
+        let rows = try await rows("SELECT o_root, o_created_ns, o_created FROM stow_create_namespace(\(ns.name), \(Timestamp.nowNanoseconds()))")
+        guard let row = rows.first else { throw StoreError.conflict("the namespace was not made") }
+        let info = NamespaceInfo(namespace: ns, rootInode: UInt64(try row["o_root"].decode(Int64.self)), createdNs: try row["o_created_ns"].decode(Int64.self))
+        return (info, try row["o_created"].decode(Bool.self))
+    }
+
+    public func deleteNamespace(_ ns: Namespace, recursive: Bool) async throws {
+        do {
+            _ = try await rows("SELECT stow_delete_namespace(\(ns.name), \(recursive), \(Timestamp.nowNanoseconds()), \(blobGraceNs))")
+        } catch StoreError.notEmpty {
+            throw StoreError.notEmpty(.root)
+        }
+    }
+
+    public func namespaces() async throws -> [NamespaceInfo] {
+        try await rows("SELECT name, root, created_ns FROM namespaces ORDER BY name").compactMap { row in
+            guard let ns = try? Namespace(try row["name"].decode(String.self)) else { return nil }
+            return NamespaceInfo(namespace: ns, rootInode: UInt64(try row["root"].decode(Int64.self)), createdNs: try row["created_ns"].decode(Int64.self))
+        }
+    }
+
+    public func namespace(_ ns: Namespace) async throws -> NamespaceInfo? {
+        try await rows("SELECT root, created_ns FROM namespaces WHERE name = \(ns.name)").first.map { row in
+            NamespaceInfo(namespace: ns, rootInode: UInt64(try row["root"].decode(Int64.self)), createdNs: try row["created_ns"].decode(Int64.self))
+        }
+    }
+
+    // MARK: - Reading
+
+    public func node(_ ns: Namespace, _ path: StoragePath) async throws -> Node {
+        let rows = try await rows(
+            "SELECT \(unescaped: Self.inodeColumns()) FROM inodes WHERE ino = stow_resolve(stow_root(\(ns.name)), \(path.segments))")
+        guard let row = rows.first else { throw StoreError.notFound(path) }
+        return Node(namespace: ns, path: path, inode: try Self.decodeInode(row))
+    }
+
+    public func node(inode: UInt64) async throws -> Node? {
+        guard let ino = Int64(exactly: inode) else { return nil }
+        let rows = try await rows(
+            "SELECT \(unescaped: Self.inodeColumns()), namespace AS ns, stow_path(ino) AS segments FROM inodes WHERE ino = \(ino)")
+        guard let row = rows.first, let segments = try row["segments"].decode([String]?.self),
+            let ns = try? Namespace(try row["ns"].decode(String.self)), let path = try? StoragePath(segments: segments)
+        else { return nil }
+        return Node(namespace: ns, path: path, inode: try Self.decodeInode(row))
+    }
+
+    public func list(_ ns: Namespace, _ query: ListQuery) async throws -> ListResult {
+        let function = query.recursive ? "stow_list_tree" : "stow_list_level"
+        let rows = try await rows(
+            """
+            SELECT total, entry_name, \(unescaped: Self.inodeColumns("(node).")) FROM \(unescaped: function)(
+                \(ns.name), \(query.folder.segments), \(query.namePrefix), \(query.search), \(query.after), \(Int64(query.offset)), \(Int64(query.limit) + 1))
+            """)
+        var nodes: [Node] = []
+        var total = 0
+        var lastKey: String?
+        for row in rows {
+            total = Int(try row["total"].decode(Int64.self))
+            guard let name = try row["entry_name"].decode(String?.self), nodes.count < query.limit else { continue }
+            let path = query.recursive
+                ? try StoragePath(segments: query.folder.segments + (try StoragePath(name)).segments)
+                : try query.folder.appending(name)
+            nodes.append(Node(namespace: ns, path: path, inode: try Self.decodeInode(row)))
+            lastKey = name
+        }
+        let more = rows.filter { (try? $0["entry_name"].decode(String?.self)) != nil }.count > query.limit
+        return ListResult(nodes: nodes, total: total, next: more ? lastKey : nil)
+    }
+
+    // MARK: - Changing the tree
+
+    public func makeFolder(_ ns: Namespace, _ path: StoragePath, attributes: NewNodeAttributes, parents: Bool, existOk: Bool) async throws -> Node {
+        try await node(
+            ns, path,
+            """
+            SELECT \(unescaped: Self.inodeColumns()) FROM stow_make_folder(\(ns.name), \(path.segments), \(attributes.mode.map(Int64.init)),
+                \(attributes.uid.map(Int64.init)), \(attributes.gid.map(Int64.init)), \(parents), \(existOk), \(Timestamp.nowNanoseconds()))
+            """)
+    }
+
+    public func removeFolder(_ ns: Namespace, _ path: StoragePath) async throws {
+        _ = try await rows("SELECT stow_remove_folder(\(ns.name), \(path.segments), \(Timestamp.nowNanoseconds()))")
+    }
+
+    public func removeFile(_ ns: Namespace, _ path: StoragePath, ifMatch: String?) async throws {
+        _ = try await rows("SELECT stow_remove_file(\(ns.name), \(path.segments), \(ifMatch), \(Timestamp.nowNanoseconds()), \(blobGraceNs))")
+    }
+
+    public func rename(_ ns: Namespace, from: StoragePath, to: StoragePath, replace: Bool, exchange: Bool) async throws -> Node {
+        try await node(
+            ns, to,
+            """
+            SELECT \(unescaped: Self.inodeColumns()) FROM stow_rename(\(ns.name), \(from.segments), \(to.segments), \(replace), \(exchange),
+                \(to.isWithin(from) && to != from), \(from.isWithin(to)), \(Timestamp.nowNanoseconds()), \(blobGraceNs))
+            """)
+    }
+
+    public func makeNode(_ ns: Namespace, _ path: StoragePath, kind: NodeKind, attributes: NewNodeAttributes, target: String?, rdev: UInt64?) async throws -> Node {
+        try await node(
+            ns, path,
+            """
+            SELECT \(unescaped: Self.inodeColumns()) FROM stow_make_node(\(ns.name), \(path.segments), \(kind.rawValue),
+                \(attributes.mode.map(Int64.init)), \(attributes.uid.map(Int64.init)), \(attributes.gid.map(Int64.init)), \(target),
+                \(rdev.map { Int64(bitPattern: $0) }), \(Timestamp.nowNanoseconds()))
+            """)
+    }
+
+    public func link(_ ns: Namespace, from: StoragePath, to: StoragePath) async throws -> Node {
+        try await node(
+            ns, to,
+            "SELECT \(unescaped: Self.inodeColumns()) FROM stow_link(\(ns.name), \(from.segments), \(to.segments), \(Timestamp.nowNanoseconds()))")
+    }
+
+    public func patch(_ ns: Namespace, _ path: StoragePath, _ patch: FilePatch, ifMatch: String?) async throws -> Node {
+        let change = PatchDeclaration(patch)
+        return try await node(
+            ns, path,
+            """
+            SELECT \(unescaped: Self.inodeColumns()) FROM stow_patch(\(ns.name), \(path.segments), \(Self.json(change))::jsonb, \(ifMatch),
+                \(Timestamp.nowNanoseconds()))
+            """)
+    }
+
+    public func swapBlob(_ ns: Namespace, _ path: StoragePath, expectedBlob: String, newBlob: BlobInfo, inline: Data?, mtimeNs: Int64?) async throws -> Node {
+        try await node(
+            ns, path,
+            """
+            SELECT \(unescaped: Self.inodeColumns()) FROM stow_swap_blob(\(ns.name), \(path.segments), \(expectedBlob), \(newBlob.id),
+                \(newBlob.size), \(newBlob.sha256), \(inline.map { ByteBuffer(data: $0) }), \(mtimeNs), \(Timestamp.nowNanoseconds()), \(blobGraceNs))
+            """)
+    }
+
+    /// The one node a tree function returns.
+    private func node(_ ns: Namespace, _ path: StoragePath, _ query: PostgresQuery) async throws -> Node {
+        guard let row = try await rows(query).first else { throw StoreError.conflict("`\(path)` changed while it was being changed; try again") }
+        return Node(namespace: ns, path: path, inode: try Self.decodeInode(row))
+    }
+
+    // MARK: - Uploads
+
+    public func createUpload(_ u: UploadRecord) async throws {
+        let rows = try await rows(
+            """
+            INSERT INTO uploads(id, namespace, path, size, content_type, tags, params, created_ns, expires_at, state, result_ino, auto_complete)
+            SELECT \(u.id), \(u.namespace.name), \(u.path.string), \(u.size), \(u.contentType), \(u.tags.map { Self.json($0) }),
+                   \(Self.json(u.params)), \(u.createdNs), \(u.expiresAt), \(u.state.rawValue), \(u.resultInode.map { Int64($0) }), \(u.autoComplete)
+            WHERE EXISTS (SELECT 1 FROM namespaces WHERE name = \(u.namespace.name))
+            RETURNING id
+            """)
+        if rows.isEmpty { throw StoreError.namespaceNotFound(u.namespace) }
+    }
+
+    public func upload(id: String) async throws -> UploadRecord? {
+        try await rows("SELECT \(unescaped: Self.uploadColumns) FROM uploads WHERE id = \(id)").first.map(Self.decodeUpload)
+    }
+
+    public func deleteUpload(id: String) async throws {
+        _ = try await rows("DELETE FROM uploads WHERE id = \(id)")
+    }
+
+    public func extendUpload(id: String, until: Int64) async throws {
+        _ = try await rows("UPDATE uploads SET expires_at = \(until) WHERE id = \(id) AND state = 'open' AND expires_at < \(until)")
+    }
+
+    public func publish(_ upload: UploadRecord, blob: BlobInfo) async throws -> Node {
+        try await node(
+            upload.namespace, upload.path,
+            """
+            SELECT \(unescaped: Self.inodeColumns()) FROM stow_publish(\(upload.id), \(upload.namespace.name), \(upload.path.segments),
+                \(Self.json(PlaceDeclaration(upload, blob: blob)))::jsonb, \(blob.id), \(blob.size), \(blob.sha256),
+                \(Timestamp.nowNanoseconds()), \(blobGraceNs))
+            """)
+    }
+
+    public func publishInline(_ files: [InlineFile]) async throws -> [Result<Node, any Error>] {
+        guard !files.isEmpty else { return [] }
+        let declarations = files.map { Self.json(PlaceDeclaration($0.upload, blob: $0.blob)) }
+        let bytes = files.map { ByteBuffer(data: $0.bytes) }
+        let rows = try await rows(
+            """
+            SELECT idx, err_code, err_message, err_detail, \(unescaped: Self.inodeColumns("(node).")) FROM stow_publish_inline(
+                \(declarations)::jsonb[], \(bytes), \(Timestamp.nowNanoseconds()), \(blobGraceNs))
+            """)
+        var results: [Result<Node, any Error>?] = Array(repeating: nil, count: files.count)
+        for row in rows {
+            let i = Int(try row["idx"].decode(Int32.self)) - 1
+            guard files.indices.contains(i) else { continue }
+            let f = files[i]
+            if let code = try row["err_code"].decode(String?.self) {
+                results[i] = .failure(Self.storeError(
+                    code: code, message: try row["err_message"].decode(String?.self) ?? "", detail: try row["err_detail"].decode(String?.self) ?? ""))
+            } else {
+                results[i] = .success(Node(namespace: f.upload.namespace, path: f.upload.path, inode: try Self.decodeInode(row)))
+            }
+        }
+        return results.map { $0 ?? .failure(StoreError.conflict("the file was not stored; try again")) }
+    }
+
+    /// A refusal reported in a row (`publishInline`) as the error it stands for.
+    static func storeError(code: String, message: String, detail: String) -> any Error {
+        let path = detail.isEmpty ? StoragePath.root : ((try? StoragePath(detail)) ?? .root)
+        switch code {
+        case "SN001": return (try? Namespace(detail)).map { StoreError.namespaceNotFound($0) } ?? StoreError.badRequest(message)
+        case "SN002": return StoreError.notFound(path)
+        case "SN003": return StoreError.exists(path)
+        case "SN004": return StoreError.notEmpty(path)
+        case "SN005": return StoreError.notADirectory(path)
+        case "SN006": return StoreError.isADirectory(path)
+        case "SN007": return StoreError.invalidRename(message)
+        case "SN008": return StoreError.preconditionFailed(message)
+        case "SN010": return StoreError.badRequest(message)
+        case let c where c.hasPrefix("22"): return StoreError.badRequest("the database refused a value: \(message)")
+        default: return StoreError.conflict(message)
+        }
+    }
+
+    public func inlineBlob(_ id: String) async throws -> Data? {
+        try await rows("SELECT data FROM inline_blobs WHERE id = \(id)").first.map { Data(try $0["data"].decode(ByteBuffer.self).readableBytesView) }
+    }
+
+    // MARK: - Garbage collection
+
+    public func expiredUploads(before seconds: Int64, limit: Int) async throws -> [UploadRecord] {
+        try await rows("SELECT \(unescaped: Self.uploadColumns) FROM uploads WHERE expires_at < \(seconds) ORDER BY expires_at LIMIT \(Int64(limit))")
+            .map(Self.decodeUpload)
+    }
+
+    public func claimExpiredUpload(id: String, before seconds: Int64) async throws -> Bool {
+        try await !rows("DELETE FROM uploads WHERE id = \(id) AND expires_at < \(seconds) RETURNING id").isEmpty
+    }
+
+    public func claimDeadBlobs(before nanoseconds: Int64, lease: Int64, limit: Int) async throws -> [String] {
+        // SKIP LOCKED: collectors on other replicas take other rows; the lease keeps a claimed row
+        // from them until this one forgets it (or stops before it could: then it is due again).
+        try await rows(
+            """
+            UPDATE dead_blobs SET delete_after = \(nanoseconds + lease)
+            WHERE blob IN (SELECT blob FROM dead_blobs WHERE delete_after < \(nanoseconds) ORDER BY delete_after
+                           LIMIT \(Int64(limit)) FOR UPDATE SKIP LOCKED)
+            RETURNING blob
+            """
+        ).map { try $0["blob"].decode(String.self) }
+    }
+
+    public func forgetDeadBlobs(_ ids: [String]) async throws {
+        guard !ids.isEmpty else { return }
+        _ = try await rows(
+            """
+            WITH gone AS (DELETE FROM dead_blobs WHERE blob = ANY(\(ids)) RETURNING blob)
+            DELETE FROM inline_blobs b WHERE b.id IN (SELECT blob FROM gone)
+                AND NOT EXISTS (SELECT 1 FROM inodes i WHERE i.blob = b.id)
+            """)
+    }
+
+    public func isBlobInUse(_ id: String) async throws -> Bool {
+        try await rows("SELECT EXISTS (SELECT 1 FROM inodes WHERE blob = \(id)) AS used").first?["used"].decode(Bool.self) ?? false
+    }
+
+    public func referencedBlobs(among ids: [String]) async throws -> Set<String> {
+        guard !ids.isEmpty else { return [] }
+        let rows = try await rows(
+            """
+            SELECT x AS id FROM unnest(\(ids)) x
+            WHERE EXISTS (SELECT 1 FROM inodes WHERE blob = x)
+               OR EXISTS (SELECT 1 FROM uploads WHERE id = x AND state = 'open')
+               OR EXISTS (SELECT 1 FROM dead_blobs WHERE blob = x)
+            """)
+        return Set(try rows.map { try $0["id"].decode(String.self) })
+    }
+
+    public func statistics() async throws -> StoreStatistics {
+        guard let row = try await rows(
+            """
+            SELECT (SELECT count(*) FROM namespaces) AS namespaces,
+                   (SELECT count(*) FROM inodes WHERE kind = 'file') AS files,
+                   (SELECT coalesce(sum(size), 0)::bigint FROM inodes WHERE kind = 'file') AS bytes,
+                   (SELECT count(*) FROM uploads WHERE state = 'open') AS open_uploads,
+                   (SELECT count(*) FROM dead_blobs) AS dead_blobs
+            """
+        ).first else { throw StoreError.conflict("no statistics") }
+        return StoreStatistics(
+            namespaces: Int(try row["namespaces"].decode(Int64.self)), files: Int(try row["files"].decode(Int64.self)),
+            bytes: try row["bytes"].decode(Int64.self), openUploads: Int(try row["open_uploads"].decode(Int64.self)),
+            deadBlobs: Int(try row["dead_blobs"].decode(Int64.self)))
+    }
+
+    public func integrityProblems(limit: Int) async throws -> [String] {
+        var problems: [String] = []
+        for sql in IntegrityChecks.queries where problems.count < limit {
+            let q = PostgresQuery(unsafeSQL: "SELECT problem FROM (\(sql)) p LIMIT \(limit - problems.count)")
+            problems += try await rows(q).map { try $0["problem"].decode(String.self) }
+        }
+        return problems
+    }
+
+    // MARK: - Rows
+
+    static let inodeFields = [
+        "ino", "kind", "mode", "uid", "gid", "nlink", "size", "blob", "sha256", "content_type", "public", "target", "rdev", "atime_ns",
+        "mtime_ns", "ctime_ns", "btime_ns",
+    ]
+
+    /// The select list of an inode, from a table (`source` "") or a composite column (`"(node)."`).
+    static func inodeColumns(_ source: String = "") -> String {
+        (inodeFields.map { "\(source)\($0) AS \($0)" } + ["\(source)tags::text AS tags", "\(source)metadata::text AS metadata"])
+            .joined(separator: ", ")
+    }
+
+    static func decodeInode(_ row: PostgresRandomAccessRow) throws -> Inode {
+        func u32(_ name: String) throws -> UInt32? { try row[name].decode(Int64?.self).map { UInt32(truncatingIfNeeded: $0) } }
+        let tags = try row["tags"].decode(String.self)
+        let metadata = try row["metadata"].decode(String.self)
+        return Inode(
+            ino: UInt64(try row["ino"].decode(Int64.self)),
+            kind: NodeKind(rawValue: try row["kind"].decode(String.self)) ?? .file,
+            mode: try u32("mode"),
+            uid: try u32("uid"),
+            gid: try u32("gid"),
+            nlink: UInt32(truncatingIfNeeded: try row["nlink"].decode(Int64.self)),
+            size: try row["size"].decode(Int64.self),
+            blob: try row["blob"].decode(String?.self),
+            sha256: try row["sha256"].decode(String?.self),
+            contentType: try row["content_type"].decode(String?.self),
+            tags: (try? JSONDecoder().decode([String].self, from: Data(tags.utf8))) ?? [],
+            metadata: (try? JSONDecoder().decode([String: String].self, from: Data(metadata.utf8))) ?? [:],
+            isPublic: try row["public"].decode(Bool.self),
+            target: try row["target"].decode(String?.self),
+            rdev: try row["rdev"].decode(Int64?.self).map { UInt64(bitPattern: $0) },
+            atimeNs: try row["atime_ns"].decode(Int64.self),
+            mtimeNs: try row["mtime_ns"].decode(Int64.self),
+            ctimeNs: try row["ctime_ns"].decode(Int64.self),
+            btimeNs: try row["btime_ns"].decode(Int64.self))
+    }
+
+    static let uploadColumns = "id, namespace, path, size, content_type, tags, params, created_ns, expires_at, state, result_ino, auto_complete"
+
+    static func decodeUpload(_ row: PostgresRandomAccessRow) throws -> UploadRecord {
+        let tags = try row["tags"].decode(String?.self)
+        let params = try row["params"].decode(String.self)
+        return UploadRecord(
+            id: try row["id"].decode(String.self),
+            namespace: try Namespace(try row["namespace"].decode(String.self)),
+            path: try StoragePath(try row["path"].decode(String.self)),
+            size: try row["size"].decode(Int64.self),
+            contentType: try row["content_type"].decode(String.self),
+            tags: tags.flatMap { try? JSONDecoder().decode([String].self, from: Data($0.utf8)) },
+            params: (try? JSONDecoder().decode(UploadParams.self, from: Data(params.utf8))) ?? UploadParams(),
+            createdNs: try row["created_ns"].decode(Int64.self),
+            expiresAt: try row["expires_at"].decode(Int64.self),
+            state: UploadRecord.State(rawValue: try row["state"].decode(String.self)) ?? .open,
+            resultInode: try row["result_ino"].decode(Int64?.self).map { UInt64($0) },
+            autoComplete: try row["auto_complete"].decode(Bool.self))
+    }
+
+    static func json(_ value: some Encodable) -> String {
+        String(decoding: WireJSON.encode(value), as: UTF8.self)
+    }
+}
+
+/// What `stow_place_file` is told about a file: the fields of its upload that are set.
+struct PlaceDeclaration: Encodable {
+    var namespace: String
+    var segments: [String]
+    var blob: String
+    var size: Int64
+    var sha256: String?
+    var contentType: String
+    var tags: [String]?
+    var metadata: [String: String]?
+    var isPublic: Bool?
+    var mode: UInt32?
+    var uid: UInt32?
+    var gid: UInt32?
+    var mtimeNs: Int64?
+    var atimeNs: Int64?
+    var ctimeNs: Int64?
+    var ifMatch: String?
+    var ifNoneMatch: String?
+
+    enum CodingKeys: String, CodingKey {
+        case namespace, segments, blob, size, sha256, tags, metadata, mode, uid, gid
+        case contentType = "content_type", isPublic = "public", mtimeNs = "mtime_ns", atimeNs = "atime_ns", ctimeNs = "ctime_ns"
+        case ifMatch = "if_match", ifNoneMatch = "if_none_match"
+    }
+
+    init(_ u: UploadRecord, blob b: BlobInfo) {
+        let p = u.params
+        namespace = u.namespace.name
+        segments = u.path.segments
+        blob = b.id
+        size = b.size
+        sha256 = b.sha256
+        contentType = u.contentType
+        tags = u.tags
+        metadata = p.metadata
+        isPublic = p.isPublic
+        mode = p.mode
+        uid = p.uid
+        gid = p.gid
+        mtimeNs = p.mtimeNs
+        atimeNs = p.atimeNs
+        ctimeNs = p.ctimeNs
+        ifMatch = p.ifMatch
+        ifNoneMatch = p.ifNoneMatch
+    }
+}
+
+/// A `FilePatch` as `stow_patch` reads it: only the fields that are set.
+struct PatchDeclaration: Encodable {
+    var patch: FilePatch
+    init(_ patch: FilePatch) { self.patch = patch }
+
+    enum CodingKeys: String, CodingKey {
+        case tags, metadata, mode, uid, gid
+        case metadataSet = "metadata_set", metadataRemove = "metadata_remove", contentType = "content_type", isPublic = "public"
+        case atimeNs = "atime_ns", mtimeNs = "mtime_ns", ctimeNs = "ctime_ns"
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encodeIfPresent(patch.tags, forKey: .tags)
+        try c.encodeIfPresent(patch.metadata, forKey: .metadata)
+        try c.encodeIfPresent(patch.metadataSet, forKey: .metadataSet)
+        try c.encodeIfPresent(patch.metadataRemove, forKey: .metadataRemove)
+        try c.encodeIfPresent(patch.contentType, forKey: .contentType)
+        try c.encodeIfPresent(patch.isPublic, forKey: .isPublic)
+        try c.encodeIfPresent(patch.mode, forKey: .mode)
+        try c.encodeIfPresent(patch.uid, forKey: .uid)
+        try c.encodeIfPresent(patch.gid, forKey: .gid)
+        try c.encodeIfPresent(patch.atimeNs, forKey: .atimeNs)
+        try c.encodeIfPresent(patch.mtimeNs, forKey: .mtimeNs)
+        try c.encodeIfPresent(patch.ctimeNs, forKey: .ctimeNs)
+    }
+}
+
+/// Set once a call has its connection (see `PostgresMetadataStore.withConnection`).
+final class LeaseFlag: Sendable {
+    private let value = Atomic<Bool>(false)
+    func set() { value.store(true, ordering: .releasing) }
+    var isSet: Bool { value.load(ordering: .acquiring) }
+}
