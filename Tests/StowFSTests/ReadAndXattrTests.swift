@@ -124,6 +124,28 @@ struct ReadAndXattrTests {
         }
     }
 
+    @Test("xattrs set while the changes made during an upload are sent after it are kept too")
+    func xattrWhilePatching() async throws {
+        let faulty = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))
+        try await withEngine(store: faulty) { h in
+            // A slow upload: the first change arrives while it runs, and is kept for after it. A slow
+            // update: the next changes arrive while that one is on its way. They used to be written
+            // into the finished upload's declaration, and lost (seen in a mount test under load).
+            faulty.setLatency(.milliseconds(300), for: .startUpload)
+            faulty.setLatency(.milliseconds(400), for: .update)
+            try await h.write("q.txt", "text")
+            while faulty.calls(of: .startUpload) == 0 { try await Task.sleep(for: .milliseconds(2)) }
+            try await h.setXattr("q.txt", "user.first", "1")
+            while faulty.calls(of: .update) == 0 { try await Task.sleep(for: .milliseconds(2)) }
+            try await h.setXattr("q.txt", "user.second", "2")
+            try await h.setXattr("q.txt", "user.tags", "t")
+            await h.fs.sync()
+            let r = try await h.storedRecord("q.txt")
+            #expect(r.metadata == ["first": "1", "second": "2"])
+            #expect(r.tags == ["t"])
+        }
+    }
+
     @Test("xattr refusals: read-only names, other namespaces, create/replace flags")
     func xattrRules() async throws {
         try await withEngine { h in

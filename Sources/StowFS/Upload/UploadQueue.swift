@@ -252,7 +252,10 @@ public actor UploadQueue {
     @discardableResult
     public func amend(_ id: Int64, params: UploadParams, contentType: String?, tags: [String]?, patch: FilePatch?) throws -> Bool {
         guard var r = records[id] else { return false }
-        if r.session == nil && !starting.contains(id) {
+        // Only an upload nobody is running takes the change into its declaration. One that runs
+        // may have sent its declaration already — and once it is stored, until its record is
+        // finished, a change written there would be lost: it goes to `patch`, sent after.
+        if r.session == nil && !starting.contains(id) && running[id] == nil {
             r.params = params
             r.contentType = contentType
             r.tags = tags
@@ -583,6 +586,17 @@ public actor UploadQueue {
                 if let final = await applyPatches(item.id, stored, ns: ns, fallback: item.record.location) { done.append((item.id, final)) }
             case .failure(let error):
                 if !(cancelling.contains(item.id) || stopped) { failed(item.id, error) }
+            }
+        }
+        // Changes to a file whose patches were sent before another's were (while that was on its
+        // way): sent too, until none is left, so that `finish` drops no record with a change owed.
+        while let i = done.firstIndex(where: { records[$0.0]?.patch != nil }) {
+            let (id, stored) = done[i]
+            let fallback = items.first { $0.id == id }?.record.location ?? Location(namespace: ns, path: .root)
+            if let final = await applyPatches(id, stored, ns: ns, fallback: fallback) {
+                done[i] = (id, final)
+            } else {
+                done.remove(at: i)
             }
         }
         await finish(done)
