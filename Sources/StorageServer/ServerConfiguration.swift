@@ -10,6 +10,9 @@ public struct ServerConfiguration: Sendable {
     /// Serve https with this certificate and key; nil (the default, and the embedded server's): plain http.
     public var tls: TLSFiles?
     public var tokens: TokenStore
+    /// Where the admin token was generated, when no token was configured (`<data-dir>/admin.token`).
+    /// With `database`, every replica takes the first one's (kept in the database) and writes it here.
+    public var generatedAdminTokenFile: String?
     /// Metadata in PostgreSQL (`--database postgres://USER[:PASS]@HOST:PORT/DB`), shared by every
     /// replica that names it; nil (the default): SQLite in the data directory.
     public var database: DatabaseLocation?

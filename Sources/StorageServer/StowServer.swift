@@ -103,8 +103,19 @@ public final class StowServer: Sendable {
         } catch {
             throw ServerError(message: "cannot use the database \(service.config.database?.description ?? ""): \(Self.describe(error))")
         }
-        if service.config.signingKeyFile == nil, let shared = try await service.store.sharedSecret(proposed: Self.randomSecret()) {
+        if service.config.signingKeyFile == nil, let shared = try await service.store.sharedSetting("url-signing-secret", proposed: Self.randomSecret()) {
             service.useSigningSecret(shared)
+        }
+        // A generated admin token: the first replica's, for all (one token opens every replica).
+        if let file = service.config.generatedAdminTokenFile,
+            let local = FileManager.default.contents(atPath: file).flatMap({ String(data: $0, encoding: .utf8) })?
+                .trimmingCharacters(in: .whitespacesAndNewlines), !local.isEmpty,
+            let shared = try await service.store.sharedSetting("admin-token", proposed: Data(local.utf8)),
+            let token = String(data: shared, encoding: .utf8), token != local
+        {
+            service.useTokens(.single(adminToken: token))
+            try Posix.writeAtomically(file, token + "\n", mode: 0o600)
+            service.logger.info("the admin token is the one every replica of this database shares: \(file)")
         }
         // A bucket that cannot be reached, or that refuses the credentials, is said at start.
         try await service.blobs.prepare()

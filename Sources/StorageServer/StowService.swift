@@ -15,6 +15,9 @@ final class StowService: Sendable {
     /// Set once at start; with a shared database, replaced by the database's secret before requests are taken.
     private let signerBox: Mutex<URLSigner>
     var signer: URLSigner { signerBox.withLock { $0 } }
+    /// The configuration's; with a shared database and a generated admin token, the database's, set before requests are taken.
+    private let tokensBox: Mutex<TokenStore>
+    var tokens: TokenStore { tokensBox.withLock { $0 } }
     let metrics = ServerMetrics()
     let activeUploads = ActiveUploads()
     let copies: CopyTasks
@@ -25,6 +28,7 @@ final class StowService: Sendable {
         self.store = store
         self.blobs = blobs
         self.signerBox = Mutex(signer)
+        self.tokensBox = Mutex(config.tokens)
         self.logger = logger
         self.copies = CopyTasks()
     }
@@ -32,6 +36,11 @@ final class StowService: Sendable {
     /// Signs and checks links with this secret from now on (the shared one, before the server listens).
     func useSigningSecret(_ secret: Data) {
         signerBox.withLock { $0 = URLSigner(secret: secret) }
+    }
+
+    /// Takes these tokens from now on (the shared admin token, before the server listens).
+    func useTokens(_ tokens: TokenStore) {
+        tokensBox.withLock { $0 = tokens }
     }
 
     // MARK: - Auth
@@ -49,17 +58,17 @@ final class StowService: Sendable {
         guard let token = bearerToken(request) else {
             throw APIError(.unauthorized, .unauthorized, "this request needs `Authorization: Bearer <token>`", headers: [.wwwAuthenticate: "Bearer"])
         }
-        guard config.tokens.isKnown(token) else {
+        guard tokens.isKnown(token) else {
             throw APIError(.unauthorized, .unauthorized, "the token is not known to this server", headers: [.wwwAuthenticate: "Bearer"])
         }
-        guard let has = config.tokens.permission(token: token, namespace: namespace), has >= needed else {
+        guard let has = tokens.permission(token: token, namespace: namespace), has >= needed else {
             throw APIError(.forbidden, .forbidden, "the token does not grant \(needed) on namespace `\(namespace)`")
         }
     }
 
     /// The permission the request's token has on a namespace, without throwing.
     func permission(_ request: Request, _ namespace: String) -> Permission? {
-        bearerToken(request).flatMap { config.tokens.permission(token: $0, namespace: namespace) }
+        bearerToken(request).flatMap { tokens.permission(token: $0, namespace: namespace) }
     }
 
     // MARK: - Request helpers

@@ -145,6 +145,9 @@ struct Stowd: AsyncParsableCommand {
         let logger = Logger(label: "stowd")
         let (tokens, source) = try TokenStore.resolve(tokenFile: tokenFile, environment: ProcessInfo.processInfo.environment, dataDirectory: dataDir)
         var config = ServerConfiguration(dataDirectory: dataDir, tokens: tokens)
+        if tokenFile == nil, (ProcessInfo.processInfo.environment["STOWD_TOKEN"] ?? "").isEmpty {
+            config.generatedAdminTokenFile = dataDir + "/admin.token"
+        }
         config.host = host
         config.port = port
         config.publicURL = publicURL

@@ -165,6 +165,54 @@ struct PostgresTests {
         if let failure { throw failure }
     }
 
+    @Test("with no token configured, replicas share the first one's generated admin token (kept in the database)")
+    func sharedAdminToken() async throws {
+        let location = try #require(TestBackend.database())
+        let dirs = (0..<2).map { _ in makeTempDirectory("token") }
+        defer { for d in dirs { try? FileManager.default.removeItem(atPath: d) } }
+        var logger = Logger(label: "stowd-test")
+        logger.logLevel = .warning
+        var generated: [String] = []
+        var servers: [StowServer] = []
+        for d in dirs {
+            let (tokens, _) = try TokenStore.resolve(tokenFile: nil, environment: [:], dataDirectory: d)
+            generated.append(try String(contentsOfFile: d + "/admin.token", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines))
+            var config = Self.config(d, location)
+            config.tokens = tokens
+            config.generatedAdminTokenFile = d + "/admin.token"
+            servers.append(try StowServer(configuration: config, logger: logger))
+        }
+        #expect(generated[0] != generated[1])
+        var urls: [String] = []
+        var tasks: [Task<Void, any Error>] = []
+        // One after the other: the first one's token is the one kept.
+        for server in servers {
+            let (stream, continuation) = AsyncStream.makeStream(of: String.self)
+            tasks.append(Task { try await server.run(signals: []) { continuation.yield($0) } })
+            for await url in stream {
+                urls.append(url)
+                break
+            }
+        }
+        var failure: (any Error)?
+        do {
+            #expect(urls.count == 2)
+            let kept = try String(contentsOfFile: dirs[1] + "/admin.token", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(kept == generated[0])
+            let raw = RawHTTP(base: urls[1])
+            let first = try? await raw.send("GET", Routes.namespaces, token: generated[0])
+            let second = try? await raw.send("GET", Routes.namespaces, token: generated[1])
+            try? await raw.shutdown()
+            #expect(first?.status == 200)
+            #expect(second?.status == 401)
+        } catch {
+            failure = error
+        }
+        for s in servers { await s.shutdown() }
+        for t in tasks { _ = try? await t.value }
+        if let failure { throw failure }
+    }
+
     @Test("a database migrated by a newer stowd is refused at start, with what to do")
     func newerSchema() async throws {
         let location = try #require(TestBackend.database())
@@ -182,6 +230,30 @@ struct PostgresTests {
         } catch {
             #expect("\(error)".contains("newer stowd"), "\(error)")
             #expect("\(error)".contains("999"))
+        }
+    }
+
+    @Test("a database that refuses the password, or is not there, stops stowd at start with the reason")
+    func refusedAtStart() async throws {
+        var wrong = try #require(TestBackend.database())
+        wrong.password = "not-the-password"
+        var nobody = wrong
+        nobody.port = 1
+        for (location, reason) in [(wrong, "password authentication failed"), (nobody, "connect")] {
+            let dir = makeTempDirectory("refused")
+            defer { try? FileManager.default.removeItem(atPath: dir) }
+            var logger = Logger(label: "stowd-test")
+            logger.logLevel = .critical
+            let server = try StowServer(configuration: Self.config(dir, location), logger: logger)
+            let start = ContinuousClock.now
+            do {
+                try await server.run(signals: [])
+                Issue.record("the server started")
+            } catch {
+                #expect("\(error)".lowercased().contains(reason), "\(error)")
+                #expect(!"\(error)".contains("not-the-password"))
+            }
+            #expect(ContinuousClock.now - start < .seconds(20))
         }
     }
 

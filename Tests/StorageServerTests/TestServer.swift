@@ -102,11 +102,12 @@ func withServer(
 }
 
 /// Runs `body` against `count` servers that share one metadata store and one blob store (replicas,
-/// each with its own data directory) when the backend allows it (PostgreSQL); on the embedded
-/// backend, against one server `count` times (its single process then plays every replica).
+/// each with its own data directory) when the backend allows it (PostgreSQL and S3); otherwise
+/// against one server `count` times (its single process then plays every replica: replicas on
+/// PostgreSQL with blobs in their own folders could not read each other's files).
 /// Stops them all and removes their data, whatever happens.
 func withReplicas(_ count: Int, configure: @escaping (inout ServerConfiguration) -> Void = { _ in }, _ body: ([TestServer]) async throws -> Void) async throws {
-    guard TestBackend.isPostgres, count > 1 else {
+    guard TestBackend.isPostgres, TestBackend.isS3, count > 1 else {
         try await withServer(configure: configure) { s in try await body(Array(repeating: s, count: max(count, 1))) }
         return
     }

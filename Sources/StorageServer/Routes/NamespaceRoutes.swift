@@ -7,7 +7,7 @@ import StorageProtocol
 extension StowService {
     func addNamespaceRoutes(to router: Router<BasicRequestContext>) {
         router.get(RouterPath(Routes.namespaces)) { req, _ in
-            guard let token = self.bearerToken(req), self.config.tokens.isKnown(token) else {
+            guard let token = self.bearerToken(req), self.tokens.isKnown(token) else {
                 throw APIError(.unauthorized, .unauthorized, "this request needs `Authorization: Bearer <token>`", headers: [.wwwAuthenticate: "Bearer"])
             }
             let visible = try await self.store.namespaces().filter { self.permission(req, $0.namespace.name) != nil }

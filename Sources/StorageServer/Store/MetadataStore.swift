@@ -18,9 +18,10 @@ public protocol MetadataStore: Sendable {
     func prepare() async throws
     /// Lets go of connections; the store is not used after.
     func close() async
-    /// The URL-signing secret every server on this store shares: `proposed` if none was kept yet,
-    /// else the one kept. nil when the store keeps none (SQLite: the data directory's `secret.key` is used).
-    func sharedSecret(proposed: Data) async throws -> Data?
+    /// A setting every server on this store shares (the URL-signing secret, a generated admin
+    /// token): `proposed` if none was kept under `key` yet, else the one kept. nil when the store
+    /// keeps none (SQLite: one server, whose data directory holds them).
+    func sharedSetting(_ key: String, proposed: Data) async throws -> Data?
 
     // MARK: namespaces
     func createNamespace(_ ns: Namespace) async throws -> (NamespaceInfo, created: Bool)
@@ -85,7 +86,7 @@ public protocol MetadataStore: Sendable {
 extension MetadataStore {
     public func prepare() async throws {}
     public func close() async {}
-    public func sharedSecret(proposed: Data) async throws -> Data? { nil }
+    public func sharedSetting(_ key: String, proposed: Data) async throws -> Data? { nil }
 }
 
 /// A namespace and its root folder.

@@ -48,9 +48,9 @@ enum Posix {
     }
 
     /// Writes a small file atomically (temp file, fsync, rename).
-    static func writeAtomically(_ path: String, _ contents: String) throws {
+    static func writeAtomically(_ path: String, _ contents: String, mode: Int = 0o644) throws {
         let tmp = path + ".tmp"
-        guard FileManager.default.createFile(atPath: tmp, contents: Data(contents.utf8), attributes: [.posixPermissions: 0o644]) else {
+        guard FileManager.default.createFile(atPath: tmp, contents: Data(contents.utf8), attributes: [.posixPermissions: mode]) else {
             throw Failure(call: "create", path: tmp, errno: errno)
         }
         try fsync(path: tmp)

@@ -61,18 +61,25 @@ public final class PostgresMetadataStore: MetadataStore {
 
     deinit { runner.cancel() }
 
-    static func tls(_ location: DatabaseLocation) throws -> PostgresClient.Configuration.TLS {
+    /// The TLS settings of `sslmode`: nil for disable; else the configuration, and whether TLS is required.
+    static func tlsSettings(_ location: DatabaseLocation) -> (configuration: TLSConfiguration, required: Bool)? {
         var tls = TLSConfiguration.makeClientConfiguration()
         switch location.tls {
         case .disable:
-            return .disable
+            return nil
         case .prefer, .require:
+            // As libpq's prefer and require: encrypted, the certificate not checked.
             tls.certificateVerification = .none
-            return location.tls == .prefer ? .prefer(tls) : .require(tls)
+            return (tls, location.tls == .require)
         case .verifyFull:
             if let file = location.rootCertificates { tls.trustRoots = .file(file) }
-            return .require(tls)
+            return (tls, true)
         }
+    }
+
+    static func tls(_ location: DatabaseLocation) throws -> PostgresClient.Configuration.TLS {
+        guard let (tls, required) = tlsSettings(location) else { return .disable }
+        return required ? .require(tls) : .prefer(tls)
     }
 
     // MARK: - Running statements
@@ -91,29 +98,37 @@ public final class PostgresMetadataStore: MetadataStore {
                 reachable.store(true, ordering: .relaxed)
                 return rows
             } catch let error as PSQLError where Self.isRetryable(error) && attempt < Self.attempts {
+                reachable.store(true, ordering: .relaxed)
                 try await Task.sleep(for: .microseconds(Int.random(in: 200...(1000 << min(attempt, 6)))))
             } catch {
-                let mapped = Self.mapError(error)
-                if case StoreError.unavailable = mapped { reachable.store(false, ordering: .relaxed) }
-                throw mapped
+                // The database answered (a refusal is an answer): it is there. A connection that
+                // failed: it is not. A wait for a connection that ran out proves neither (a busy pool).
+                if let e = error as? PSQLError {
+                    if e.serverInfo != nil { reachable.store(true, ordering: .relaxed) } else if Self.isConnectionFailure(e) {
+                        reachable.store(false, ordering: .relaxed)
+                    }
+                }
+                throw Self.mapError(error)
             }
         }
     }
 
     /// A connection for `body`, or `StoreError.unavailable` when none comes within `leaseTimeout`.
+    /// Exactly one side wins: the lease (then the body runs to its end, however long) or the timer
+    /// (then the body never starts, and nothing was sent).
     func withConnection<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
-        let leased = LeaseFlag()
+        let lease = LeaseRace()
         let client = self.client, timeout = reachable.load(ordering: .relaxed) ? leaseTimeout : Self.retryLeaseTimeout
         return try await withThrowingTaskGroup(of: T?.self) { group in
             group.addTask {
                 try await client.withConnection { connection in
-                    leased.set()
+                    guard lease.leased() else { throw StoreError.unavailable("no connection to the database within \(timeout)") }
                     return try await body(connection)
                 }
             }
             group.addTask {
                 try await Task.sleep(for: timeout)
-                if leased.isSet { return nil }
+                guard lease.timedOut() else { return nil }
                 throw StoreError.unavailable("no connection to the database within \(timeout)")
             }
             while let result = try await group.next() {
@@ -123,6 +138,14 @@ public final class PostgresMetadataStore: MetadataStore {
                 }
             }
             throw CancellationError()
+        }
+    }
+
+    /// The connection failed (no answer from the database at all).
+    static func isConnectionFailure(_ error: PSQLError) -> Bool {
+        switch error.code {
+        case .connectionError, .serverClosedConnection, .clientClosedConnection, .uncleanShutdown, .poolClosed: true
+        default: false
         }
     }
 
@@ -150,6 +173,7 @@ public final class PostgresMetadataStore: MetadataStore {
             case "SN008": return StoreError.preconditionFailed(message)
             case "SN009": return StoreError.conflict(message)
             case "SN010": return StoreError.badRequest(message)
+            case "SN041": return FolderMove.needsTreeLock
             case "SN040", "40001", "40P01", "23505", "55P03":
                 return StoreError.conflict("the same names were being changed by other requests; try again")
             default: break
@@ -174,6 +198,46 @@ public final class PostgresMetadataStore: MetadataStore {
     // MARK: - Schema
 
     public func prepare() async throws {
+        do {
+            try await migrate()
+        } catch StoreError.unavailable(let why) {
+            // The pool only knows it waited; one connection of its own says why (refused, a password, TLS).
+            throw StoreError.unavailable(await connectionProblem() ?? why)
+        }
+    }
+
+    /// Why a connection cannot be made, from one attempt outside the pool; nil when it can.
+    func connectionProblem() async -> String? {
+        var config: PostgresConnection.Configuration
+        if let folder = location.socketFolder {
+            config = .init(unixSocketPath: folder + "/.s.PGSQL.\(location.port)", username: location.user, password: location.password, database: location.database)
+        } else {
+            var tls = PostgresConnection.Configuration.TLS.disable
+            if let (c, required) = Self.tlsSettings(location) {
+                do {
+                    let context = try NIOSSLContext(configuration: c)
+                    tls = required ? .require(context) : .prefer(context)
+                } catch {
+                    return "its TLS settings cannot be used: \(error)"
+                }
+            }
+            config = .init(host: location.host ?? "127.0.0.1", port: location.port, username: location.user, password: location.password,
+                           database: location.database, tls: tls)
+        }
+        config.options.connectTimeout = .seconds(5)
+        do {
+            let connection = try await PostgresConnection.connect(configuration: config, id: 0, logger: logger)
+            try? await connection.close()
+            return nil
+        } catch let e as PSQLError {
+            if let message = e.serverInfo?[.message] { return message }
+            return "\(e.code)" + (e.underlying.map { ": \($0)" } ?? "")
+        } catch {
+            return "\(error)"
+        }
+    }
+
+    private func migrate() async throws {
         let schema = location.schema
         try await withConnection { [logger] connection in
             // One stowd migrates at a time; the others wait here, then find it done.
@@ -224,27 +288,27 @@ public final class PostgresMetadataStore: MetadataStore {
         await runner.value
     }
 
-    public func sharedSecret(proposed: Data) async throws -> Data? {
+    public func sharedSetting(_ key: String, proposed: Data) async throws -> Data? {
         for _ in 0..<3 {
-            // The first replica's secret wins; a concurrent insert is seen by the next statement.
+            // The first replica's value wins; a concurrent insert is seen by the next statement.
             let rows = try await rows(
                 """
-                WITH made AS (INSERT INTO settings(key, value) VALUES ('url-signing-secret', \(ByteBuffer(data: proposed)))
+                WITH made AS (INSERT INTO settings(key, value) VALUES (\(key), \(ByteBuffer(data: proposed)))
                               ON CONFLICT (key) DO NOTHING RETURNING value)
-                SELECT value FROM made UNION ALL SELECT value FROM settings WHERE key = 'url-signing-secret'
+                SELECT value FROM made UNION ALL SELECT value FROM settings WHERE key = \(key)
                 """)
             if let first = rows.first {
                 let buffer = try first["value"].decode(ByteBuffer.self)
                 return Data(buffer.readableBytesView)
             }
         }
-        throw StoreError.conflict("the signing secret could not be read from the database")
+        throw StoreError.conflict("the setting \(key) could not be read from the database")
     }
 
     // MARK: - Namespaces
 
     public func createNamespace(_ ns: Namespace) async throws -> (NamespaceInfo, created: Bool) {
-        let rows = try await rows("SELECT o_root, o_created_ns, o_created FROM stow_create_namespace(\(ns.name), \(Timestamp.nowNanoseconds()))")
+        let rows = try await rows("SELECT o_root, o_created_ns, o_created FROM stow_create_namespace(\(ns.name))")
         guard let row = rows.first else { throw StoreError.conflict("the namespace was not made") }
         let info = NamespaceInfo(namespace: ns, rootInode: UInt64(try row["o_root"].decode(Int64.self)), createdNs: try row["o_created_ns"].decode(Int64.self))
         return (info, try row["o_created"].decode(Bool.self))
@@ -252,7 +316,7 @@ public final class PostgresMetadataStore: MetadataStore {
 
     public func deleteNamespace(_ ns: Namespace, recursive: Bool) async throws {
         do {
-            _ = try await rows("SELECT stow_delete_namespace(\(ns.name), \(recursive), \(Timestamp.nowNanoseconds()), \(blobGraceNs))")
+            _ = try await rows("SELECT stow_delete_namespace(\(ns.name), \(recursive), \(blobGraceNs))")
         } catch StoreError.notEmpty {
             throw StoreError.notEmpty(.root)
         }
@@ -320,26 +384,37 @@ public final class PostgresMetadataStore: MetadataStore {
             ns, path,
             """
             SELECT \(unescaped: Self.inodeColumns()) FROM stow_make_folder(\(ns.name), \(path.segments), \(attributes.mode.map(Int64.init)),
-                \(attributes.uid.map(Int64.init)), \(attributes.gid.map(Int64.init)), \(parents), \(existOk), \(Timestamp.nowNanoseconds()))
+                \(attributes.uid.map(Int64.init)), \(attributes.gid.map(Int64.init)), \(parents), \(existOk))
             """)
     }
 
     public func removeFolder(_ ns: Namespace, _ path: StoragePath) async throws {
-        _ = try await rows("SELECT stow_remove_folder(\(ns.name), \(path.segments), \(Timestamp.nowNanoseconds()))")
+        _ = try await rows("SELECT stow_remove_folder(\(ns.name), \(path.segments))")
     }
 
     public func removeFile(_ ns: Namespace, _ path: StoragePath, ifMatch: String?) async throws {
-        _ = try await rows("SELECT stow_remove_file(\(ns.name), \(path.segments), \(ifMatch), \(Timestamp.nowNanoseconds()), \(blobGraceNs))")
+        _ = try await rows("SELECT stow_remove_file(\(ns.name), \(path.segments), \(ifMatch), \(blobGraceNs))")
     }
 
     public func rename(_ ns: Namespace, from: StoragePath, to: StoragePath, replace: Bool, exchange: Bool) async throws -> Node {
-        try await node(
-            ns, to,
-            """
-            SELECT \(unescaped: Self.inodeColumns()) FROM stow_rename(\(ns.name), \(from.segments), \(to.segments), \(replace), \(exchange),
-                \(to.isWithin(from) && to != from), \(from.isWithin(to)), \(Timestamp.nowNanoseconds()), \(blobGraceNs))
-            """)
+        // Shared tree lock first; a rename that turns out to move a folder (SN041) runs again holding it exclusively.
+        for exclusive in [false, true] {
+            do {
+                return try await node(
+                    ns, to,
+                    """
+                    SELECT \(unescaped: Self.inodeColumns()) FROM stow_rename(\(ns.name), \(from.segments), \(to.segments), \(replace), \(exchange),
+                        \(to.isWithin(from) && to != from), \(from.isWithin(to)), \(blobGraceNs), \(exclusive))
+                    """)
+            } catch FolderMove.needsTreeLock where !exclusive {
+                continue
+            }
+        }
+        throw StoreError.conflict("`\(from)` could not be renamed; try again")
     }
+
+    /// `stow_rename` found that it moves a folder (SN041): run it again with the tree lock.
+    enum FolderMove: Error { case needsTreeLock }
 
     public func makeNode(_ ns: Namespace, _ path: StoragePath, kind: NodeKind, attributes: NewNodeAttributes, target: String?, rdev: UInt64?) async throws -> Node {
         try await node(
@@ -347,14 +422,14 @@ public final class PostgresMetadataStore: MetadataStore {
             """
             SELECT \(unescaped: Self.inodeColumns()) FROM stow_make_node(\(ns.name), \(path.segments), \(kind.rawValue),
                 \(attributes.mode.map(Int64.init)), \(attributes.uid.map(Int64.init)), \(attributes.gid.map(Int64.init)), \(target),
-                \(rdev.map { Int64(bitPattern: $0) }), \(Timestamp.nowNanoseconds()))
+                \(rdev.map { Int64(bitPattern: $0) }))
             """)
     }
 
     public func link(_ ns: Namespace, from: StoragePath, to: StoragePath) async throws -> Node {
         try await node(
             ns, to,
-            "SELECT \(unescaped: Self.inodeColumns()) FROM stow_link(\(ns.name), \(from.segments), \(to.segments), \(Timestamp.nowNanoseconds()))")
+            "SELECT \(unescaped: Self.inodeColumns()) FROM stow_link(\(ns.name), \(from.segments), \(to.segments))")
     }
 
     public func patch(_ ns: Namespace, _ path: StoragePath, _ patch: FilePatch, ifMatch: String?) async throws -> Node {
@@ -362,8 +437,7 @@ public final class PostgresMetadataStore: MetadataStore {
         return try await node(
             ns, path,
             """
-            SELECT \(unescaped: Self.inodeColumns()) FROM stow_patch(\(ns.name), \(path.segments), \(Self.json(change))::jsonb, \(ifMatch),
-                \(Timestamp.nowNanoseconds()))
+            SELECT \(unescaped: Self.inodeColumns()) FROM stow_patch(\(ns.name), \(path.segments), \(Self.json(change))::jsonb, \(ifMatch))
             """)
     }
 
@@ -372,7 +446,7 @@ public final class PostgresMetadataStore: MetadataStore {
             ns, path,
             """
             SELECT \(unescaped: Self.inodeColumns()) FROM stow_swap_blob(\(ns.name), \(path.segments), \(expectedBlob), \(newBlob.id),
-                \(newBlob.size), \(newBlob.sha256), \(inline.map { ByteBuffer(data: $0) }), \(mtimeNs), \(Timestamp.nowNanoseconds()), \(blobGraceNs))
+                \(newBlob.size), \(newBlob.sha256), \(inline.map { ByteBuffer(data: $0) }), \(mtimeNs), \(blobGraceNs))
             """)
     }
 
@@ -413,24 +487,30 @@ public final class PostgresMetadataStore: MetadataStore {
             upload.namespace, upload.path,
             """
             SELECT \(unescaped: Self.inodeColumns()) FROM stow_publish(\(upload.id), \(upload.namespace.name), \(upload.path.segments),
-                \(Self.json(PlaceDeclaration(upload, blob: blob)))::jsonb, \(blob.id), \(blob.size), \(blob.sha256),
-                \(Timestamp.nowNanoseconds()), \(blobGraceNs))
+                \(Self.json(PlaceDeclaration(upload, blob: blob)))::jsonb, \(blob.id), \(blob.size), \(blob.sha256), \(blobGraceNs))
             """)
     }
 
     public func publishInline(_ files: [InlineFile]) async throws -> [Result<Node, any Error>] {
         guard !files.isEmpty else { return [] }
-        let declarations = files.map { Self.json(PlaceDeclaration($0.upload, blob: $0.blob)) }
-        let bytes = files.map { ByteBuffer(data: $0.bytes) }
+        // Stored in path order, so that two batches lock the folders they share in the same order
+        // (fewer deadlocks to detect and retry); answered in the caller's order.
+        let order = files.indices.sorted { a, b in
+            let x = files[a].upload, y = files[b].upload
+            return (x.namespace.name, x.path) < (y.namespace.name, y.path)
+        }
+        let declarations = order.map { Self.json(PlaceDeclaration(files[$0].upload, blob: files[$0].blob)) }
+        let bytes = order.map { ByteBuffer(data: files[$0].bytes) }
         let rows = try await rows(
             """
             SELECT idx, err_code, err_message, err_detail, \(unescaped: Self.inodeColumns("(node).")) FROM stow_publish_inline(
-                \(declarations)::jsonb[], \(bytes), \(Timestamp.nowNanoseconds()), \(blobGraceNs))
+                \(declarations)::jsonb[], \(bytes), \(blobGraceNs))
             """)
         var results: [Result<Node, any Error>?] = Array(repeating: nil, count: files.count)
         for row in rows {
-            let i = Int(try row["idx"].decode(Int32.self)) - 1
-            guard files.indices.contains(i) else { continue }
+            let k = Int(try row["idx"].decode(Int32.self)) - 1
+            guard order.indices.contains(k) else { continue }
+            let i = order[k]
             let f = files[i]
             if let code = try row["err_code"].decode(String?.self) {
                 results[i] = .failure(Self.storeError(
@@ -679,9 +759,12 @@ struct PatchDeclaration: Encodable {
     }
 }
 
-/// Set once a call has its connection (see `PostgresMetadataStore.withConnection`).
-final class LeaseFlag: Sendable {
-    private let value = Atomic<Bool>(false)
-    func set() { value.store(true, ordering: .releasing) }
-    var isSet: Bool { value.load(ordering: .acquiring) }
+/// Who won between a call's connection and its timer (see `PostgresMetadataStore.withConnection`).
+final class LeaseRace: Sendable {
+    /// 0: waiting, 1: leased, 2: timed out.
+    private let state = Atomic<Int>(0)
+    /// The connection came first: true, and the timer loses.
+    func leased() -> Bool { state.compareExchange(expected: 0, desired: 1, ordering: .acquiringAndReleasing).exchanged }
+    /// The timer came first: true, and the connection, if it comes, goes back unused.
+    func timedOut() -> Bool { state.compareExchange(expected: 0, desired: 2, ordering: .acquiringAndReleasing).exchanged }
 }

@@ -13,12 +13,12 @@
 ///   name that moved in between raises `SN040`, and the store runs the call again;
 /// - creating a name in a folder locks the folder's row, so `rmdir` of that folder (which locks it
 ///   too, then counts its children) cannot cross it;
-/// - a move that can change a folder's ancestry (a folder to another parent) first takes the
-///   namespace's move lock (a transaction advisory lock), then resolves again and checks, by inode,
-///   that the folder is not moved below itself: two clients moving two folders into each other at
-///   once cannot make a cycle;
-/// - every mutation holds the namespace's shared advisory lock, which deleting the namespace takes
-///   exclusively.
+/// - every mutation holds the namespace's *tree lock* (a transaction advisory lock) shared; what
+///   changes a folder's path — moving or renaming a folder, deleting the namespace — holds it
+///   exclusively (`stow_rename` finds out it moves a folder, raises `SN041`, and runs again with
+///   it). So no mutation acts on a folder found by a path that a concurrent move has changed, and a
+///   folder move checks, by inode, that the folder does not go below itself: two clients moving two
+///   folders into each other at once cannot make a cycle.
 ///
 /// Names are `text COLLATE "C"`: equal only when their bytes are equal, ordered by their bytes,
 /// like SQLite's BINARY (and `FileName` in Swift). Refusals raise SQLSTATEs of class `SN` with the
@@ -30,6 +30,7 @@
 /// | SN002 | notFound | SN003 exists | SN004 notEmpty | SN005 notADirectory | SN006 isADirectory (DETAIL: the path) |
 /// | SN007 | invalidRename | SN008 preconditionFailed | SN009 conflict | SN010 badRequest (MESSAGE: the text) |
 /// | SN040 | none: something changed between resolving and locking; the call runs again |
+/// | SN041 | none: `stow_rename` moves a folder; the call runs again with the tree lock exclusive |
 enum PostgresSchema {
     struct Migration: Sendable {
         var version: Int
@@ -146,11 +147,22 @@ enum PostgresSchema {
                 RETURN r;
             END $$
             """,
-            // Every mutation starts here: the namespace's shared lock, then its root.
+            // The database's clock, in nanoseconds (microsecond resolution): one clock for every replica,
+            // read again after each lock wait, so that a change that waited is not dated before one
+            // that went first.
+            "CREATE FUNCTION stow_now() RETURNS bigint LANGUAGE sql VOLATILE AS $$ SELECT (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint $$",
+            // Every mutation starts here: the namespace's tree lock, then its root. Shared for what
+            // changes names inside folders that stay where they are; exclusive (p_exclusive) for what
+            // changes the path of a folder (moving or renaming one) and for deleting the namespace,
+            // so that no mutation resolves a path before such a change and acts on it after.
             """
-            CREATE FUNCTION stow_enter(p_ns text) RETURNS bigint LANGUAGE plpgsql AS $$
+            CREATE FUNCTION stow_enter(p_ns text, p_exclusive boolean DEFAULT false) RETURNS bigint LANGUAGE plpgsql AS $$
             BEGIN
-                PERFORM pg_advisory_xact_lock_shared(1, stow_key(p_ns));
+                IF p_exclusive THEN
+                    PERFORM pg_advisory_xact_lock(1, stow_key(p_ns));
+                ELSE
+                    PERFORM pg_advisory_xact_lock_shared(1, stow_key(p_ns));
+                END IF;
                 RETURN stow_root(p_ns);
             END $$
             """,
@@ -249,6 +261,7 @@ enum PostgresSchema {
                     nxt := stow_lookup(cur, p_segs[i]);
                     IF nxt IS NULL THEN
                         PERFORM stow_lock(ARRAY[cur]);
+                        p_now := stow_now();
                         nxt := stow_lookup(cur, p_segs[i]);
                         IF nxt IS NULL THEN nxt := stow_insert_dir(p_ns, cur, p_segs[i], p_mode, p_uid, p_gid, p_now); END IF;
                     END IF;
@@ -315,9 +328,10 @@ enum PostgresSchema {
             """,
             // MARK: namespaces
             """
-            CREATE FUNCTION stow_create_namespace(p_ns text, p_now bigint)
+            CREATE FUNCTION stow_create_namespace(p_ns text)
             RETURNS TABLE(o_root bigint, o_created_ns bigint, o_created boolean) LANGUAGE plpgsql AS $$
             DECLARE r bigint; c bigint;
+                p_now bigint := stow_now();
             BEGIN
                 PERFORM pg_advisory_xact_lock(1, stow_key(p_ns));
                 SELECT n.root, n.created_ns INTO r, c FROM namespaces n WHERE n.name = p_ns;
@@ -330,9 +344,10 @@ enum PostgresSchema {
             END $$
             """,
             """
-            CREATE FUNCTION stow_delete_namespace(p_ns text, p_recursive boolean, p_now bigint, p_grace bigint) RETURNS void
+            CREATE FUNCTION stow_delete_namespace(p_ns text, p_recursive boolean, p_grace bigint) RETURNS void
             LANGUAGE plpgsql AS $$
             DECLARE r bigint;
+                p_now bigint := stow_now();
             BEGIN
                 PERFORM pg_advisory_xact_lock(1, stow_key(p_ns));
                 r := stow_root(p_ns);
@@ -413,9 +428,10 @@ enum PostgresSchema {
             // MARK: changing the tree
             """
             CREATE FUNCTION stow_make_folder(
-                p_ns text, p_segs text[], p_mode bigint, p_uid bigint, p_gid bigint, p_parents boolean, p_exist_ok boolean, p_now bigint
+                p_ns text, p_segs text[], p_mode bigint, p_uid bigint, p_gid bigint, p_parents boolean, p_exist_ok boolean
             ) RETURNS SETOF inodes LANGUAGE plpgsql AS $$
             DECLARE r bigint := stow_enter(p_ns); n int := stow_len(p_segs); v_parent bigint; existing bigint; made bigint;
+                p_now bigint := stow_now();
             BEGIN
                 IF n = 0 THEN
                     IF NOT p_exist_ok THEN PERFORM stow_fail('SN003', 'exists', ''); END IF;
@@ -428,6 +444,7 @@ enum PostgresSchema {
                     v_parent := stow_resolve_folder(r, p_segs[1:n-1]);
                 END IF;
                 PERFORM stow_lock(ARRAY[v_parent]);
+                p_now := stow_now();
                 existing := stow_lookup(v_parent, p_segs[n]);
                 IF existing IS NOT NULL THEN
                     IF stow_kind(existing) IS DISTINCT FROM 'dir' OR NOT p_exist_ok THEN
@@ -441,14 +458,16 @@ enum PostgresSchema {
             END $$
             """,
             """
-            CREATE FUNCTION stow_remove_folder(p_ns text, p_segs text[], p_now bigint) RETURNS void LANGUAGE plpgsql AS $$
+            CREATE FUNCTION stow_remove_folder(p_ns text, p_segs text[]) RETURNS void LANGUAGE plpgsql AS $$
             DECLARE r bigint := stow_enter(p_ns); n int := stow_len(p_segs); v_parent bigint; v_target bigint;
+                p_now bigint := stow_now();
             BEGIN
                 IF n = 0 THEN PERFORM stow_fail('SN010', 'the root folder of a namespace cannot be removed'); END IF;
                 v_parent := stow_resolve_folder(r, p_segs[1:n-1]);
                 v_target := stow_lookup(v_parent, p_segs[n]);
                 IF v_target IS NULL THEN PERFORM stow_fail('SN002', 'not found', stow_join(p_segs, n)); END IF;
                 PERFORM stow_lock(ARRAY[v_parent, v_target]);
+                p_now := stow_now();
                 IF stow_lookup(v_parent, p_segs[n]) IS DISTINCT FROM v_target THEN PERFORM stow_retry(); END IF;
                 IF stow_kind(v_target) IS DISTINCT FROM 'dir' THEN PERFORM stow_fail('SN005', 'not a folder', stow_join(p_segs, n)); END IF;
                 IF EXISTS (SELECT 1 FROM entries WHERE parent = v_target) THEN
@@ -458,15 +477,17 @@ enum PostgresSchema {
             END $$
             """,
             """
-            CREATE FUNCTION stow_remove_file(p_ns text, p_segs text[], p_if_match text, p_now bigint, p_grace bigint) RETURNS void
+            CREATE FUNCTION stow_remove_file(p_ns text, p_segs text[], p_if_match text, p_grace bigint) RETURNS void
             LANGUAGE plpgsql AS $$
             DECLARE r bigint := stow_enter(p_ns); n int := stow_len(p_segs); v_parent bigint; v_target bigint; t inodes;
+                p_now bigint := stow_now();
             BEGIN
                 IF n = 0 THEN PERFORM stow_fail('SN006', 'is a folder', ''); END IF;
                 v_parent := stow_resolve_folder(r, p_segs[1:n-1]);
                 v_target := stow_lookup(v_parent, p_segs[n]);
                 IF v_target IS NULL THEN PERFORM stow_fail('SN002', 'not found', stow_join(p_segs, n)); END IF;
                 PERFORM stow_lock(ARRAY[v_parent, v_target]);
+                p_now := stow_now();
                 IF stow_lookup(v_parent, p_segs[n]) IS DISTINCT FROM v_target THEN PERFORM stow_retry(); END IF;
                 SELECT * INTO t FROM inodes WHERE ino = v_target;
                 IF t.kind = 'dir' THEN PERFORM stow_fail('SN006', 'is a folder', stow_join(p_segs, n)); END IF;
@@ -479,45 +500,44 @@ enum PostgresSchema {
             """
             CREATE FUNCTION stow_rename(
                 p_ns text, p_from text[], p_to text[], p_replace boolean, p_exchange boolean,
-                p_into_self boolean, p_from_within_to boolean, p_now bigint, p_grace bigint
+                p_into_self boolean, p_from_within_to boolean, p_grace bigint, p_exclusive boolean
             ) RETURNS SETOF inodes LANGUAGE plpgsql AS $$
             DECLARE
-                r bigint := stow_enter(p_ns); nf int := stow_len(p_from); nt int := stow_len(p_to);
+                r bigint := stow_enter(p_ns, p_exclusive); nf int := stow_len(p_from); nt int := stow_len(p_to);
                 from_path text := stow_join(p_from, nf); to_path text := stow_join(p_to, nt);
                 from_parent bigint; to_parent bigint; source bigint; existing bigint;
-                skind text; tkind text; moves_locked boolean := false; delta int;
+                skind text; tkind text; delta int;
+                p_now bigint := stow_now();
             BEGIN
                 IF nf = 0 OR nt = 0 THEN PERFORM stow_fail('SN007', 'the root folder cannot be renamed'); END IF;
-                LOOP
-                    from_parent := stow_resolve_folder(r, p_from[1:nf-1]);
-                    source := stow_lookup(from_parent, p_from[nf]);
-                    IF source IS NULL THEN PERFORM stow_fail('SN002', 'not found', from_path); END IF;
-                    to_parent := stow_resolve_folder(r, p_to[1:nt-1]);
-                    skind := stow_kind(source);
-                    IF skind IS NULL THEN PERFORM stow_retry(); END IF;
-                    IF skind = 'dir' AND p_into_self THEN
-                        PERFORM stow_fail('SN007', format('cannot move folder `%s` into itself (`%s`)', from_path, to_path));
-                    END IF;
-                    existing := stow_lookup(to_parent, p_to[nt]);
-                    tkind := CASE WHEN existing IS NULL THEN NULL ELSE stow_kind(existing) END;
-                    -- A folder that changes parent can change ancestry: such moves take the namespace's
-                    -- move lock, one at a time, and then look again.
-                    EXIT WHEN moves_locked OR from_parent = to_parent OR NOT (skind = 'dir' OR (p_exchange AND tkind = 'dir'));
-                    PERFORM pg_advisory_xact_lock(2, stow_key(p_ns));
-                    moves_locked := true;
-                END LOOP;
+                from_parent := stow_resolve_folder(r, p_from[1:nf-1]);
+                source := stow_lookup(from_parent, p_from[nf]);
+                IF source IS NULL THEN PERFORM stow_fail('SN002', 'not found', from_path); END IF;
+                to_parent := stow_resolve_folder(r, p_to[1:nt-1]);
+                skind := stow_kind(source);
+                IF skind IS NULL THEN PERFORM stow_retry(); END IF;
+                IF skind = 'dir' AND p_into_self THEN
+                    PERFORM stow_fail('SN007', format('cannot move folder `%s` into itself (`%s`)', from_path, to_path));
+                END IF;
+                existing := stow_lookup(to_parent, p_to[nt]);
+                tkind := CASE WHEN existing IS NULL THEN NULL ELSE stow_kind(existing) END;
+                -- A folder that moves, or is renamed, changes the paths below it: that takes the tree
+                -- lock exclusively. Raised here, the call runs again with it (SN041), from the start.
+                IF NOT p_exclusive AND (skind = 'dir' OR (p_exchange AND tkind = 'dir')) THEN
+                    RAISE EXCEPTION USING ERRCODE = 'SN041', MESSAGE = 'a folder moves: run again with the tree lock';
+                END IF;
                 PERFORM stow_lock(ARRAY[from_parent, to_parent, source, existing]);
+                p_now := stow_now();
                 IF stow_lookup(from_parent, p_from[nf]) IS DISTINCT FROM source
                    OR stow_lookup(to_parent, p_to[nt]) IS DISTINCT FROM existing THEN
                     PERFORM stow_retry();
                 END IF;
-                IF moves_locked THEN
-                    IF skind = 'dir' AND stow_is_ancestor(source, to_parent) THEN
-                        PERFORM stow_fail('SN007', format('cannot move folder `%s` into itself (`%s`)', from_path, to_path));
-                    END IF;
-                    IF p_exchange AND tkind = 'dir' AND stow_is_ancestor(existing, from_parent) THEN
-                        PERFORM stow_fail('SN007', format('cannot exchange `%s` with something inside it', to_path));
-                    END IF;
+                -- By inode, not by path: the destination is not below the folder that moves.
+                IF skind = 'dir' AND stow_is_ancestor(source, to_parent) THEN
+                    PERFORM stow_fail('SN007', format('cannot move folder `%s` into itself (`%s`)', from_path, to_path));
+                END IF;
+                IF p_exchange AND tkind = 'dir' AND stow_is_ancestor(existing, from_parent) THEN
+                    PERFORM stow_fail('SN007', format('cannot exchange `%s` with something inside it', to_path));
                 END IF;
                 IF p_exchange THEN
                     IF existing IS NULL THEN PERFORM stow_fail('SN002', 'not found', to_path); END IF;
@@ -566,13 +586,15 @@ enum PostgresSchema {
             """,
             """
             CREATE FUNCTION stow_make_node(
-                p_ns text, p_segs text[], p_kind text, p_mode bigint, p_uid bigint, p_gid bigint, p_target text, p_rdev bigint, p_now bigint
+                p_ns text, p_segs text[], p_kind text, p_mode bigint, p_uid bigint, p_gid bigint, p_target text, p_rdev bigint
             ) RETURNS SETOF inodes LANGUAGE plpgsql AS $$
             DECLARE r bigint := stow_enter(p_ns); n int := stow_len(p_segs); v_parent bigint; made bigint;
+                p_now bigint := stow_now();
             BEGIN
                 IF n = 0 THEN PERFORM stow_fail('SN003', 'exists', ''); END IF;
                 v_parent := stow_resolve_folder(r, p_segs[1:n-1]);
                 PERFORM stow_lock(ARRAY[v_parent]);
+                p_now := stow_now();
                 IF stow_lookup(v_parent, p_segs[n]) IS NOT NULL THEN PERFORM stow_fail('SN003', 'exists', stow_join(p_segs, n)); END IF;
                 made := stow_new_inode(p_ns, p_kind, p_mode, p_uid, p_gid, 1, p_now, p_target, p_rdev);
                 INSERT INTO entries(parent, name, ino) VALUES (v_parent, p_segs[n], made);
@@ -581,14 +603,16 @@ enum PostgresSchema {
             END $$
             """,
             """
-            CREATE FUNCTION stow_link(p_ns text, p_from text[], p_to text[], p_now bigint) RETURNS SETOF inodes LANGUAGE plpgsql AS $$
+            CREATE FUNCTION stow_link(p_ns text, p_from text[], p_to text[]) RETURNS SETOF inodes LANGUAGE plpgsql AS $$
             DECLARE r bigint := stow_enter(p_ns); nf int := stow_len(p_from); nt int := stow_len(p_to); source bigint; v_parent bigint;
+                p_now bigint := stow_now();
             BEGIN
                 IF nf = 0 OR nt = 0 THEN PERFORM stow_fail('SN010', 'the root folder cannot be linked'); END IF;
                 source := stow_resolve(r, p_from);
                 IF stow_kind(source) = 'dir' THEN PERFORM stow_fail('SN006', 'is a folder', stow_join(p_from, nf)); END IF;
                 v_parent := stow_resolve_folder(r, p_to[1:nt-1]);
                 PERFORM stow_lock(ARRAY[v_parent, source]);
+                p_now := stow_now();
                 IF stow_lookup(v_parent, p_to[nt]) IS NOT NULL THEN PERFORM stow_fail('SN003', 'exists', stow_join(p_to, nt)); END IF;
                 INSERT INTO entries(parent, name, ino) VALUES (v_parent, p_to[nt], source);
                 PERFORM stow_touch(ARRAY[v_parent], p_now);
@@ -598,11 +622,13 @@ enum PostgresSchema {
             """,
             // p_patch: the keys of FilePatch that are set (absent: unchanged).
             """
-            CREATE FUNCTION stow_patch(p_ns text, p_segs text[], p_patch jsonb, p_if_match text, p_now bigint) RETURNS SETOF inodes
+            CREATE FUNCTION stow_patch(p_ns text, p_segs text[], p_patch jsonb, p_if_match text) RETURNS SETOF inodes
             LANGUAGE plpgsql AS $$
             DECLARE r bigint := stow_enter(p_ns); v_target bigint := stow_resolve(r, p_segs); t inodes;
+                p_now bigint := stow_now();
             BEGIN
                 PERFORM stow_lock(ARRAY[v_target]);
+                p_now := stow_now();
                 SELECT * INTO t FROM inodes WHERE ino = v_target;
                 IF p_if_match IS NOT NULL AND NOT stow_etag_matches(p_if_match, stow_etag(t)) THEN
                     PERFORM stow_fail('SN008', format('`%s` has changed (ETag %s)', stow_join(p_segs, stow_len(p_segs)), stow_etag(t)));
@@ -627,11 +653,13 @@ enum PostgresSchema {
             """
             CREATE FUNCTION stow_swap_blob(
                 p_ns text, p_segs text[], p_expected text, p_blob text, p_size bigint, p_sha256 text, p_inline bytea,
-                p_mtime bigint, p_now bigint, p_grace bigint
+                p_mtime bigint, p_grace bigint
             ) RETURNS SETOF inodes LANGUAGE plpgsql AS $$
             DECLARE r bigint := stow_enter(p_ns); v_target bigint := stow_resolve(r, p_segs); current_blob text;
+                p_now bigint := stow_now();
             BEGIN
                 PERFORM stow_lock(ARRAY[v_target]);
+                p_now := stow_now();
                 SELECT i.blob INTO current_blob FROM inodes i WHERE i.ino = v_target;
                 IF current_blob IS DISTINCT FROM p_expected THEN
                     PERFORM stow_fail('SN008', format('`%s` changed while it was being truncated', stow_join(p_segs, stow_len(p_segs))));
@@ -659,6 +687,7 @@ enum PostgresSchema {
                 v_parent := stow_ensure_folders(p_ns, r, p_segs[1:n-1], NULL, (d->>'uid')::bigint, (d->>'gid')::bigint, p_now);
                 existing := stow_lookup(v_parent, p_segs[n]);
                 PERFORM stow_lock(ARRAY[v_parent, existing]);
+                p_now := stow_now();
                 IF stow_lookup(v_parent, p_segs[n]) IS DISTINCT FROM existing THEN PERFORM stow_retry(); END IF;
                 IF existing IS NOT NULL THEN
                     SELECT * INTO t FROM inodes WHERE ino = existing;
@@ -714,10 +743,13 @@ enum PostgresSchema {
             """,
             """
             CREATE FUNCTION stow_publish(
-                p_id text, p_ns text, p_segs text[], d jsonb, p_blob text, p_size bigint, p_sha256 text, p_now bigint, p_grace bigint
+                p_id text, p_ns text, p_segs text[], d jsonb, p_blob text, p_size bigint, p_sha256 text, p_grace bigint
             ) RETURNS SETOF inodes LANGUAGE plpgsql AS $$
-            DECLARE st text; res bigint; made bigint;
+            DECLARE r bigint; st text; res bigint; made bigint;
+                p_now bigint := stow_now();
             BEGIN
+                -- The tree lock before the upload's row, as every other function takes it first.
+                r := stow_enter(p_ns);
                 SELECT u.state, u.result_ino INTO st, res FROM uploads u WHERE u.id = p_id FOR UPDATE;
                 IF NOT FOUND THEN PERFORM stow_fail('SN002', 'not found', stow_join(p_segs, stow_len(p_segs))); END IF;
                 IF st = 'completed' AND res IS NOT NULL THEN
@@ -733,9 +765,10 @@ enum PostgresSchema {
             // Small files with their bytes, each stored or refused on its own (a subtransaction each).
             // d also holds namespace, segments, blob, size and sha256.
             """
-            CREATE FUNCTION stow_publish_inline(p_decls jsonb[], p_bytes bytea[], p_now bigint, p_grace bigint)
+            CREATE FUNCTION stow_publish_inline(p_decls jsonb[], p_bytes bytea[], p_grace bigint)
             RETURNS TABLE(idx int, err_code text, err_message text, err_detail text, node inodes) LANGUAGE plpgsql AS $$
             DECLARE d jsonb; made bigint; attempt int; code text; msg text; det text;
+                p_now bigint := stow_now();
             BEGIN
                 FOR i IN 1..coalesce(array_length(p_decls, 1), 0) LOOP
                     d := p_decls[i];
