@@ -7,7 +7,8 @@ import StorageProtocol
 /// Deletes what nobody needs any more:
 /// - uploads started and never completed, once their link expired plus a grace period (bytes too);
 /// - blobs superseded or deleted, once no read that already began can still need them;
-/// - files in the blob and staging folders that no record names (left by a crash), at start-up.
+/// - files in the blob and staging folders that no record names (left by a crash), at start-up;
+/// - multipart uploads in an object store that no staging records, once old enough.
 struct GarbageCollector: Service {
     let service: StowService
 
@@ -59,6 +60,10 @@ struct GarbageCollector: Service {
             deleted += 1
         }
         try await store.forgetDeadBlobs(due)
+        // Multipart uploads (S3) that no staging records, begun long enough ago: aborted.
+        if let aborted = try? await blobs.abortAbandonedUploads(), aborted > 0 {
+            service.logger.info("aborted \(aborted) abandoned multipart upload(s) or staging object(s) in the object store")
+        }
         service.metrics.gcDeletedBlobs.increment(by: Int64(deleted))
         return (uploads, deleted)
     }

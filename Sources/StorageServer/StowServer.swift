@@ -52,7 +52,9 @@ public final class StowServer: Sendable {
         let store: any MetadataStore = try configuration.database.map {
             try PostgresMetadataStore($0, blobGraceSeconds: configuration.blobGrace, logger: logger)
         } ?? SQLiteMetadataStore(path: dir + "/stowd.sqlite", blobGraceSeconds: configuration.blobGrace)
-        let blobs: any BlobStore = try configuration.objectStore.map { try S3BlobStore($0, stagingRoot: dir, sweepAge: TimeInterval(configuration.orphanSweepAge)) } ?? LocalBlobStore(root: dir)
+        let blobs: any BlobStore = try configuration.objectStore.map {
+            try S3BlobStore($0, ledger: store, stagingRoot: dir, sweepAge: TimeInterval(configuration.orphanSweepAge))
+        } ?? LocalBlobStore(root: dir)
         service = StowService(config: configuration, store: store, blobs: blobs, signer: URLSigner(secret: secret), logger: logger)
     }
 

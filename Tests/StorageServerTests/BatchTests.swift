@@ -28,7 +28,7 @@ struct BatchTests {
                 #expect(try await s.admin.get("b/f\(i)") == c)
             }
             #expect(try await s.blobCount() == 1, "only the 5000-byte file is over the limit")
-            #expect(s.stagedFileCount() == 0)
+            #expect(try await s.stagedCount() == 0)
         }
     }
 
@@ -151,7 +151,8 @@ struct BatchTests {
             #expect(reader.status == 403)
             #expect(try await s.admin.list(testNamespace, folder: .root, after: nil, limit: 100).entries.isEmpty)
             #expect(try await s.server.store.statistics().files == 0)
-            #expect(try await s.blobCount() == 0 && s.stagedFileCount() == 0)
+            #expect(try await s.blobCount() == 0)
+            #expect(try await s.stagedCount() == 0)
         }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import StorageClient
 import StorageProtocol
 @testable import StorageServer
@@ -140,6 +141,30 @@ struct ConcurrencyTests {
                 }
             }
             #expect(try await replicas[0].server.store.integrityProblems(limit: 10).isEmpty)
+        }
+    }
+
+    @Test("an upload started on one replica, sent in chunks through the others, completes anywhere, byte for byte")
+    func uploadAcrossReplicas() async throws {
+        try await withReplicas(3) { replicas in
+            let clients = replicas.map(\.admin)
+            // Chunks that end inside a part (16 MiB), so that each replica goes on from the tail another kept.
+            let bytes = randomBytes((40 << 20) + 5, seed: 21)
+            let session = try await clients[0].startUpload(testNamespace, StartUploadRequest(fileName: "across/big.bin", size: Int64(bytes.count)))
+            var offset: Int64 = 0
+            var i = 0
+            for cut in [Int64(7 << 20), Int64(23 << 20) + 1, Int64(bytes.count)] {
+                let client = clients[i % 3]
+                // Each replica reports where the upload stands, whoever received its bytes.
+                #expect(try await client.uploadedBytes(session) == offset)
+                offset = try await client.send(session, from: .bytes(ByteBuffer(bytes: bytes)), offset: offset, end: cut, progress: nil)
+                #expect(offset == cut)
+                i += 1
+            }
+            let record = try await clients[1].completeUpload(session)
+            #expect(record.size == Int64(bytes.count))
+            #expect(try await clients[2].get("across/big.bin") == bytes)
+            #expect(try await replicas[0].stagedCount() == 0)
         }
     }
 

@@ -118,7 +118,10 @@ struct CrashTests {
         for (session, bytes) in pending {
             #expect(try await client.uploadedBytes(session) == Int64(bytes.count))
             let record = try await client.completeUpload(session)
-            #expect(record.sha256 == Self.digest(bytes))
+            // A restarted server has no running digest: it reads a staging file back to hash it;
+            // parts of an S3 multipart upload cannot be read, so there the record has none (no
+            // SHA-256 was declared to check).
+            #expect(record.sha256 == Self.digest(bytes) || (TestBackend.isS3 && record.sha256 == nil))
         }
         // An interrupted upload resumes from the offset the server kept.
         let partial = try await client.startUpload(ns, StartUploadRequest(fileName: "resumed", size: 8))

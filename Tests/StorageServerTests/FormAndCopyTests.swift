@@ -48,7 +48,7 @@ struct FormAndCopyTests {
             let cut = full.prefix(full.count - 20)
             let r = try await s.raw.send("POST", Routes.formUpload(testNamespace), headers: [("Content-Type", "multipart/form-data; boundary=\(boundary)")], body: Data(cut))
             #expect(r.status == 400)
-            #expect(s.stagedFileCount() == 0)
+            #expect(try await s.stagedCount() == 0)
             await #expect(throws: StorageError.self) { try await s.admin.record(testNamespace, path("a.bin")) }
             let notMultipart = try await s.raw.send("POST", Routes.formUpload(testNamespace), headers: [("Content-Type", "application/json")], body: Data("{}".utf8))
             #expect(notMultipart.status == 415)

@@ -14,13 +14,13 @@ struct GarbageTests {
         try await withServer { s in
             let session = try await s.admin.startUpload(testNamespace, StartUploadRequest(fileName: "never", size: 10))
             _ = try await s.admin.send(session, from: .bytes(.init(string: "01234")), offset: 0, end: 5, progress: nil)
-            #expect(s.stagedFileCount() == 1)
+            #expect(try await s.stagedCount() == 1)
             // Not yet: the link is still valid.
             #expect(try await s.server.collectGarbage().uploads == 0)
-            #expect(s.stagedFileCount() == 1)
+            #expect(try await s.stagedCount() == 1)
             let later = Timestamp.nowNanoseconds() + 2 * Self.hour
             #expect(try await s.server.collectGarbage(now: later).uploads == 1)
-            #expect(s.stagedFileCount() == 0)
+            #expect(try await s.stagedCount() == 0)
             let head = try await s.raw.send("HEAD", session.upload.url, token: nil)
             #expect(head.status == 404 || head.status == 403)
             await #expect(throws: StorageError.self) { try await s.admin.record(testNamespace, path("never")) }
@@ -71,7 +71,7 @@ struct GarbageTests {
         try await withServer(dataDirectory: dir, configure: { $0.orphanSweepAge = 0 }) { (s: TestServer) async throws in
             #expect(!FileManager.default.fileExists(atPath: orphanBlob))
             #expect(try await !s.server.storedBlobIDs().contains(orphanID))
-            #expect(s.stagedFileCount() == 0)
+            #expect(try await s.stagedCount() == 0)
             #expect(try await s.blobCount() == 1)
             #expect(try await s.admin.get("kept") == Array("kept".utf8))
         }

@@ -103,7 +103,8 @@ struct HostileInputTests {
             }
             // Each upload is either completed (its staging file moved into place) or still open with its bytes.
             let open = try await s.raw.send("GET", Routes.browse(testNamespace) + "?limit=100").json(BrowseResponse.self).items.count
-            #expect(s.stagedFileCount() == 40 - open, "\(s.stagedFileCount()) staging files, \(open) files published")
+            let staged = try await s.stagedCount()
+            #expect(staged == 40 - open, "\(staged) uploads staged, \(open) files published")
         }
     }
 }

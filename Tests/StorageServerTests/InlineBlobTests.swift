@@ -20,7 +20,8 @@ struct InlineBlobTests {
             let bytes = randomBytes(5000)
             let record = try await s.admin.uploadDirect(testNamespace, StartUploadRequest(fileName: "in/small", size: 5000), from: .bytes(ByteBuffer(bytes: bytes)))
             #expect(record.sha256 == SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined())
-            #expect(try await s.blobCount() == 0 && s.stagedFileCount() == 0)
+            #expect(try await s.blobCount() == 0)
+            #expect(try await s.stagedCount() == 0)
             #expect(try await s.server.store.inlineBlob(try await blobID(s, "in/small")) == Data(bytes))
             #expect(try await s.admin.get("in/small") == bytes)
             let url = try await s.admin.signedURLs(testNamespace, [path("in/small")], expiry: 60)[0].signedUrl
@@ -100,7 +101,8 @@ struct InlineBlobTests {
             let listing = try await s.admin.list(testNamespace, folder: .root, after: nil, limit: 100)
             #expect(listing.entries.isEmpty)
             #expect(try await s.server.store.statistics().files == 0)
-            #expect(try await s.blobCount() == 0 && s.stagedFileCount() == 0)
+            #expect(try await s.blobCount() == 0)
+            #expect(try await s.stagedCount() == 0)
         }
     }
 }

@@ -36,8 +36,11 @@ struct TestServer: Sendable {
         try await server.storedBlobIDs().count
     }
 
-    func stagedFileCount() -> Int {
-        (try? FileManager.default.contentsOfDirectory(atPath: dataDirectory + "/uploads").count) ?? 0
+    /// Uploads in progress: staging files in the data directory, and uploads staged in an object
+    /// store (recorded in the metadata store's staging ledger).
+    func stagedCount() async throws -> Int {
+        let files = (try? FileManager.default.contentsOfDirectory(atPath: dataDirectory + "/uploads").count) ?? 0
+        return files + (try await server.store.stagings().count)
     }
 }
 

@@ -53,7 +53,7 @@ struct UploadTests {
             let again = try await s.admin.uploadDirect(testNamespace, StartUploadRequest(fileName: "d/small.txt", size: 3), from: .bytes(ByteBuffer(bytes: [1, 2, 3])))
             #expect(again.size == 3)
             #expect(try await s.admin.get("d/small.txt") == [1, 2, 3])
-            #expect(s.stagedFileCount() == 0)
+            #expect(try await s.stagedCount() == 0)
         }
     }
 
@@ -84,7 +84,7 @@ struct UploadTests {
             let listing = try await s.admin.list(testNamespace, folder: .root, after: nil, limit: 100)
             #expect(listing.entries.map(\.filePath) == ["keep.txt"])
             #expect(try await s.admin.get("keep.txt") == Array("keep".utf8))
-            #expect(s.stagedFileCount() == 0)
+            #expect(try await s.stagedCount() == 0)
         }
     }
 

@@ -99,7 +99,7 @@ extension StowService {
     func storeStaged(_ declared: UploadRecord, _ bytes: Data) async throws -> Node {
         let upload = try await createUpload(declared)
         do {
-            var writer = try await blobs.openStaged(upload.id, at: 0, expecting: upload.size)
+            var writer = try await openStagedHashing(upload.id, expecting: upload.size)
             do {
                 try await writer.write(ByteBuffer(data: bytes))
                 _ = try await writer.finish()

@@ -134,7 +134,7 @@ extension StowService {
         let response = try await http.execute(request, timeout: .seconds(300))
         guard response.status == .ok else { throw APIError(.badGateway, .unavailable, "\(url) answered \(response.status.code)") }
         let contentType = response.headers.first(name: "content-type").flatMap { ContentTypes.isValid($0) ? $0 : nil }
-        var writer = try await blobs.openStaged(id, at: 0, expecting: nil)
+        var writer = try await openStagedHashing(id, expecting: nil)
         do {
             for try await chunk in response.body {
                 guard writer.offset + Int64(chunk.readableBytes) <= config.maxUploadSize else { throw BlobStoreError.tooLarge(limit: config.maxUploadSize) }
@@ -143,6 +143,7 @@ extension StowService {
         } catch {
             await writer.abandon()
             try? await blobs.deleteStaged(id)
+            activeUploads.forget(id)
             throw error
         }
         let size = try await writer.finish()
@@ -152,6 +153,7 @@ extension StowService {
             return record(try await finish(upload), base: base)
         } catch {
             try? await blobs.deleteStaged(id)
+            activeUploads.forget(id)
             throw error
         }
     }

@@ -57,7 +57,7 @@ extension StowService {
                             let base = filename.split(whereSeparator: { $0 == "/" || $0 == "\\" }).last.map(String.init) ?? ""
                             try StoragePath.validate(segment: base)
                             let id = Self.newID()
-                            writer = try await blobs.openStaged(id, at: 0, expecting: nil)
+                            writer = try await openStagedHashing(id, expecting: nil)
                             staged.append(StagedPart(id: id, filename: base, contentType: h["content-type"], size: 0))
                         }
                     case .data(let data):
@@ -116,7 +116,10 @@ extension StowService {
             return json(FormUploadResponse(files: records), status: .created)
         } catch {
             if var w = writer { await w.abandon() }
-            for part in staged { try? await blobs.deleteStaged(part.id) }
+            for part in staged {
+                try? await blobs.deleteStaged(part.id)
+                activeUploads.forget(part.id)
+            }
             if let m = error as? MultipartParser.Malformed { throw APIError.badRequest("malformed multipart body: \(m.description)") }
             // The body stream itself failed (the client went away, a length that lied): nothing was stored.
             if !bodyRead && !(error is APIError || error is BlobStoreError || error is NameError || error is StoreError) {

@@ -129,6 +129,12 @@ extension StowService {
         return InlineFile(upload: upload, blob: BlobInfo(id: upload.id, size: upload.size, sha256: digest), bytes: bytes)
     }
 
+    /// A staging writer for bytes written in one go (not through `receive`), hashed on the way, so
+    /// that `finish` need not read them back (a store in S3 could not).
+    func openStagedHashing(_ id: String, expecting: Int64?) async throws -> any StagedWriter {
+        DigestingWriter(inner: try await blobs.openStaged(id, at: 0, expecting: expecting), digest: activeUploads.startDigest(id))
+    }
+
     /// Validates an upload's declaration and records the session.
     func createUpload(
         id: String = StowService.newID(), ns: Namespace, path: StoragePath, size: Int64, contentType: String?, tags: [String]?, params: UploadParams, autoComplete: Bool
@@ -285,23 +291,45 @@ extension StowService {
                 throw APIError(.conflict, .incomplete, "only \(have) of \(sent) bytes have arrived; send the rest, then complete")
             }
             var digest: String?
+            // A store whose staged bytes cannot be read back cheaply (S3: parts of a multipart
+            // upload) hashes the published blob instead, and only to check a declared SHA-256.
+            var hashAfterPublish = false
             if received != nil && upload.size > have {
                 // A declared tail of zeros (`zeros_from`): a hole at the end of the file, no bytes
                 // written. Hashed only while that is cheap, or when the client asked for a check.
                 try await blobs.truncateStaged(upload.id, to: upload.size)
                 if upload.size - have <= BlobStoreLimits.hashedZeros || upload.params.sha256 != nil {
-                    digest = try await blobs.sha256(ofStaged: upload.id)
+                    if let d = activeUploads.digest(upload.id, bytes: have, thenZeros: upload.size - have) {
+                        digest = d
+                    } else if blobs.hashesStagedBytesCheaply {
+                        digest = try await blobs.sha256(ofStaged: upload.id)
+                    } else {
+                        hashAfterPublish = upload.params.sha256 != nil
+                    }
                 }
                 have = upload.size
             } else if let d = activeUploads.digest(upload.id, bytes: have) {
                 digest = d
-            } else {
+            } else if received == nil || blobs.hashesStagedBytesCheaply {
                 digest = try await blobs.sha256(ofStaged: upload.id)
+            } else {
+                hashAfterPublish = upload.params.sha256 != nil
             }
-            if let digest { try verify(digest, of: upload) } else if upload.params.sha256 != nil {
+            if let digest { try verify(digest, of: upload) } else if upload.params.sha256 != nil && !hashAfterPublish {
                 throw APIError(APIError.checksumStatus, .checksumMismatch, "the content's SHA-256 could not be checked")
             }
             if received != nil { try await blobs.publish(upload.id) }
+            if hashAfterPublish {
+                let d = try await blobs.sha256(ofStaged: upload.id)
+                do {
+                    try verify(d, of: upload)
+                } catch {
+                    // Not the content declared: the blob goes, and the upload starts again from 0.
+                    try? await blobs.deleteBlob(upload.id)
+                    throw error
+                }
+                digest = d
+            }
             let node = try await store.publish(upload, blob: BlobInfo(id: upload.id, size: have, sha256: digest))
             activeUploads.forget(upload.id)
             metrics.uploadsCompleted.increment()
@@ -473,27 +501,32 @@ extension StowService {
             }
             await hashing?.value
             whole?.update(batch)
+            // A chunk refused whole (past the upload's size, or not matching its checksum) is
+            // undone; a body that broke off keeps what arrived.
+            let tooLarge = (failure as? APIError)?.code == .payloadTooLarge
+            let badChecksum = failure == nil && checksum.map { chunk?.digest() != $0.digest } == true
+            if tooLarge || badChecksum {
+                activeUploads.dropRunningDigest(upload.id)
+                try await blobs.discard(&writer, of: upload.id, backTo: offset)
+                if let checksum, badChecksum {
+                    throw APIError(APIError.checksumStatus, .checksumMismatch, "the chunk's \(checksum.algorithm) does not match Upload-Checksum; it was discarded")
+                }
+                throw failure ?? APIError(.contentTooLarge, .payloadTooLarge, "the body is too large")
+            }
             let end: Int64
             do {
                 end = try await writer.finish()
             } catch {
                 await writer.abandon()
+                activeUploads.dropRunningDigest(upload.id)
                 throw failure ?? error
             }
             metrics.bytesReceived.increment(by: end - offset)
             // Progress keeps the session alive: it expires a link's lifetime after the last bytes arrived.
             if end > offset { try? await store.extendUpload(id: upload.id, until: Timestamp.nowSeconds() + config.uploadLinkLifetime) }
             if let failure {
-                if let api = failure as? APIError, api.code == .payloadTooLarge {
-                    try await blobs.truncateStaged(upload.id, to: offset)
-                }
                 activeUploads.dropRunningDigest(upload.id)
                 throw failure
-            }
-            if let checksum, let chunk, chunk.digest() != checksum.digest {
-                activeUploads.dropRunningDigest(upload.id)
-                try await blobs.truncateStaged(upload.id, to: offset)
-                throw APIError(APIError.checksumStatus, .checksumMismatch, "the chunk's \(checksum.algorithm) does not match Upload-Checksum; it was discarded")
             }
             if let whole, whole.bytes != end { activeUploads.dropRunningDigest(upload.id) }
             return end

@@ -42,11 +42,31 @@ public protocol BlobStore: Sendable {
     func prepare() async throws
     /// The ids of every stored blob, whatever its age (for tests and tools that count them).
     func allBlobIDs() async throws -> [String]
+    /// Undoes what `writer` wrote since `offset`, where its request began (a chunk refused: too
+    /// large, a wrong checksum). The writer is closed after.
+    func discard(_ writer: inout any StagedWriter, of id: String, backTo offset: Int64) async throws
+    /// Whether the bytes of an upload in progress can be read back cheaply to hash them (a local
+    /// file); when not, a SHA-256 the upload did not compute on the way is computed only when one
+    /// was declared, from the published blob.
+    var hashesStagedBytesCheaply: Bool { get }
+    /// Removes uploads in progress the store holds that no record names, left long enough ago
+    /// (a server stopped between beginning one and recording it). Returns how many went.
+    func abortAbandonedUploads() async throws -> Int
 }
 
 extension BlobStore {
     public func prepare() async throws {}
     public func allBlobIDs() async throws -> [String] { try await blobIDs() }
+    public func discard(_ writer: inout any StagedWriter, of id: String, backTo offset: Int64) async throws {
+        do {
+            _ = try await writer.finish()
+        } catch {
+            await writer.abandon()
+        }
+        try await truncateStaged(id, to: offset)
+    }
+    public var hashesStagedBytesCheaply: Bool { true }
+    public func abortAbandonedUploads() async throws -> Int { 0 }
 }
 
 /// Writes one upload's staging file, sequentially, buffering about a MiB at a time.
@@ -68,6 +88,10 @@ public enum BlobStoreError: Error, Sendable, Equatable {
     case notFound(String)
     /// The store cannot be reached, or refused the request (an object store's answer): 503.
     case unavailable(String)
+    /// A write at an offset the upload does not stand at (409 `offset_mismatch`).
+    case offsetNotHeld(offset: Int64, held: Int64)
+    /// Another request wrote the same upload at the same time (409).
+    case conflict(String)
 }
 
 public enum BlobStoreLimits {

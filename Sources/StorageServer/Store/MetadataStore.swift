@@ -12,7 +12,7 @@ public import StorageProtocol
 /// Two implementations: `SQLiteMetadataStore` (the default, in the data directory) and
 /// `PostgresMetadataStore` (`--database`, shared by several replicas). Routes and tests see only
 /// this protocol; the server's test suite runs on both.
-public protocol MetadataStore: Sendable {
+public protocol MetadataStore: StagingLedger {
     // MARK: life cycle
     /// Connects, checks and migrates the schema; called once before the server takes requests.
     func prepare() async throws
@@ -319,4 +319,49 @@ enum ETag {
             return v.trimmingCharacters(in: CharacterSet(charactersIn: "\"")) == etag
         }
     }
+}
+
+/// One part of an upload staged in an object store's multipart upload.
+public struct StagedPart: Sendable, Equatable {
+    public var number: Int
+    public var size: Int64
+    public var etag: String
+    public init(number: Int, size: Int64, etag: String) {
+        self.number = number
+        self.size = size
+        self.etag = etag
+    }
+}
+
+/// Where an upload in progress stands in an object store (`S3BlobStore`): its multipart upload,
+/// the full parts it holds (numbers 1…n, `partSize` bytes each), and the bytes after them (fewer
+/// than a part) kept as an object of their own (`tailKey`). Kept in the metadata store, so that
+/// any replica can continue the upload; `version` changes with every commit, so that two
+/// requests writing the same upload at once cannot both commit.
+public struct StagingState: Sendable, Equatable {
+    public var uploadID: String
+    public var s3UploadID: String
+    public var partSize: Int64
+    public var parts: [StagedPart]
+    public var tailKey: String?
+    public var tailSize: Int64
+    public var version: Int64
+
+    /// The bytes received so far.
+    public var offset: Int64 { parts.reduce(0) { $0 + $1.size } + tailSize }
+}
+
+/// The record of uploads staged in an object store. Both metadata stores keep it (the SQLite one
+/// for a single server with blobs in S3).
+public protocol StagingLedger: Sendable {
+    func stagingState(_ id: String) async throws -> StagingState?
+    /// Records a new staging unless there is one already; returns the one kept (whose multipart
+    /// upload may be another replica's: the caller aborts its own then).
+    func beginStaging(_ id: String, s3UploadID: String, partSize: Int64) async throws -> StagingState
+    /// Keeps parts 1…`keep`, adds `added` after them and sets the tail, if the staging is still at
+    /// `expected` version; false (nothing changed) when another request committed meanwhile.
+    func commitStaging(_ id: String, expected: Int64, keep: Int, added: [StagedPart], tailKey: String?, tailSize: Int64) async throws -> Bool
+    func dropStaging(_ id: String) async throws
+    /// Every upload staged, with its multipart upload and when it began (ns; for the sweeps).
+    func stagings() async throws -> [(id: String, s3UploadID: String, begunNs: Int64)]
 }

@@ -105,6 +105,28 @@ public final class SQLiteMetadataStore: MetadataStore {
         m.registerMigration("v2 inline blobs") { db in
             try db.execute(sql: "CREATE TABLE inline_blobs (id TEXT PRIMARY KEY NOT NULL, data BLOB NOT NULL)")
         }
+        // Uploads staged in an object store's multipart uploads (`StagingLedger`, `S3BlobStore`).
+        m.registerMigration("v3 staging ledger") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE upload_staging (
+                        upload_id TEXT PRIMARY KEY NOT NULL,
+                        s3_upload_id TEXT NOT NULL,
+                        part_size INTEGER NOT NULL,
+                        tail_key TEXT,
+                        tail_size INTEGER NOT NULL DEFAULT 0,
+                        version INTEGER NOT NULL DEFAULT 0,
+                        begun_ns INTEGER NOT NULL
+                    );
+                    CREATE TABLE upload_parts (
+                        upload_id TEXT NOT NULL,
+                        number INTEGER NOT NULL,
+                        size INTEGER NOT NULL,
+                        etag TEXT NOT NULL,
+                        PRIMARY KEY (upload_id, number)
+                    ) WITHOUT ROWID;
+                    """)
+        }
         return m
     }
 
@@ -688,6 +710,59 @@ public final class SQLiteMetadataStore: MetadataStore {
 }
 
 extension SQLiteMetadataStore {
+    public func stagingState(_ id: String) async throws -> StagingState? {
+        try await pool.read { db in try Self.stagingState(db, id) }
+    }
+
+    static func stagingState(_ db: Database, _ id: String) throws -> StagingState? {
+        guard let row = try Row.fetchOne(try db.cachedStatement(sql: "SELECT * FROM upload_staging WHERE upload_id = ?"), arguments: [id]) else {
+            return nil
+        }
+        let parts = try Row.fetchAll(try db.cachedStatement(sql: "SELECT number, size, etag FROM upload_parts WHERE upload_id = ? ORDER BY number"), arguments: [id])
+            .map { StagedPart(number: $0["number"], size: $0["size"], etag: $0["etag"]) }
+        return StagingState(
+            uploadID: id, s3UploadID: row["s3_upload_id"], partSize: row["part_size"], parts: parts, tailKey: row["tail_key"],
+            tailSize: row["tail_size"], version: row["version"])
+    }
+
+    public func beginStaging(_ id: String, s3UploadID: String, partSize: Int64) async throws -> StagingState {
+        try await pool.write { db in
+            try db.executeCached(
+                sql: "INSERT OR IGNORE INTO upload_staging(upload_id, s3_upload_id, part_size, begun_ns) VALUES (?, ?, ?, ?)",
+                arguments: [id, s3UploadID, partSize, Timestamp.nowNanoseconds()])
+            guard let state = try Self.stagingState(db, id) else { throw StoreError.conflict("staging of \(id) vanished") }
+            return state
+        }
+    }
+
+    public func commitStaging(_ id: String, expected: Int64, keep: Int, added: [StagedPart], tailKey: String?, tailSize: Int64) async throws -> Bool {
+        try await pool.write { db in
+            try db.executeCached(
+                sql: "UPDATE upload_staging SET version = version + 1, tail_key = ?, tail_size = ? WHERE upload_id = ? AND version = ?",
+                arguments: [tailKey, tailSize, id, expected])
+            guard db.changesCount > 0 else { return false }
+            try db.executeCached(sql: "DELETE FROM upload_parts WHERE upload_id = ? AND number > ?", arguments: [id, keep])
+            for p in added {
+                try db.executeCached(
+                    sql: "INSERT OR REPLACE INTO upload_parts(upload_id, number, size, etag) VALUES (?, ?, ?, ?)", arguments: [id, p.number, p.size, p.etag])
+            }
+            return true
+        }
+    }
+
+    public func dropStaging(_ id: String) async throws {
+        try await pool.write { db in
+            try db.executeCached(sql: "DELETE FROM upload_parts WHERE upload_id = ?", arguments: [id])
+            try db.executeCached(sql: "DELETE FROM upload_staging WHERE upload_id = ?", arguments: [id])
+        }
+    }
+
+    public func stagings() async throws -> [(id: String, s3UploadID: String, begunNs: Int64)] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT upload_id, s3_upload_id, begun_ns FROM upload_staging").map { ($0["upload_id"], $0["s3_upload_id"], $0["begun_ns"]) }
+        }
+    }
+
     public func integrityProblems(limit: Int) async throws -> [String] {
         try await pool.read { db in
             var problems: [String] = []

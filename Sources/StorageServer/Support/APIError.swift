@@ -61,6 +61,10 @@ public struct APIError: Error, HTTPResponseError, Sendable, CustomStringConverti
             case .unavailable(let why):
                 // The reason (the store's answer) stays in the log; the client learns to try again.
                 return unavailable("the object store is unavailable; try again", detail: why)
+            case .offsetNotHeld(let offset, let held):
+                return APIError(.conflict, .offsetMismatch, "the upload stands at \(held) bytes, not \(offset); resume from \(held)")
+            case .conflict(let why):
+                return APIError(.conflict, .conflict, why)
             }
         case let e as URLSigner.Rejection:
             switch e {

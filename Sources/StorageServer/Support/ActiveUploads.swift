@@ -40,6 +40,20 @@ final class ActiveUploads: Sendable {
         return d.hex()
     }
 
+    /// The SHA-256 of the upload's first `bytes` bytes followed by `zeros` zero bytes (a declared
+    /// tail of zeros), when its running digest covers exactly those bytes; the digest is not changed.
+    func digest(_ id: String, bytes: Int64, thenZeros zeros: Int64) -> String? {
+        guard let d = state.withLock({ $0.running[id] }), d.bytes == bytes else { return nil }
+        return d.hex(thenZeros: zeros)
+    }
+
+    /// A digest for bytes written in one go (a batch's file, a form's part, a copy), for `finish`.
+    func startDigest(_ id: String) -> RunningDigest {
+        let d = RunningDigest()
+        state.withLock { $0.running[id] = d }
+        return d
+    }
+
     /// The running digest to go on with for a body written at `offset`: a new one at 0, the kept
     /// one when it covers exactly the bytes before `offset`, else nil (complete will hash the file).
     func runningDigest(_ id: String, at offset: Int64) -> RunningDigest? {
@@ -88,4 +102,35 @@ final class RunningDigest: Sendable {
     func hex() -> String {
         state.withLock { s in s.hasher.finalize().map { String(format: "%02x", $0) }.joined() }
     }
+
+    /// The hex digest of everything so far and `zeros` zero bytes after it (this digest unchanged).
+    func hex(thenZeros zeros: Int64) -> String {
+        // Inside the lock: the hasher is not Sendable (no writer runs while an upload completes).
+        state.withLock { s in
+            var hasher = s.hasher
+            let block = [UInt8](repeating: 0, count: 1 << 20)
+            var left = zeros
+            while left > 0 {
+                let n = Int(min(left, Int64(block.count)))
+                hasher.update(data: block[0..<n])
+                left -= Int64(n)
+            }
+            return hasher.finalize().map { String(format: "%02x", $0) }.joined()
+        }
+    }
+}
+
+/// A staged writer that feeds a running digest with what it writes (uploads written in one go).
+struct DigestingWriter: StagedWriter {
+    var inner: any StagedWriter
+    let digest: RunningDigest
+    var offset: Int64 { inner.offset }
+
+    mutating func write(_ buffer: ByteBuffer) async throws {
+        try await inner.write(buffer)
+        digest.update([buffer])
+    }
+
+    mutating func finish() async throws -> Int64 { try await inner.finish() }
+    mutating func abandon() async { await inner.abandon() }
 }

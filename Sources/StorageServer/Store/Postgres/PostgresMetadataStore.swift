@@ -610,6 +610,54 @@ public final class PostgresMetadataStore: MetadataStore {
             deadBlobs: Int(try row["dead_blobs"].decode(Int64.self)))
     }
 
+    // MARK: - The staging ledger
+
+    public func stagingState(_ id: String) async throws -> StagingState? {
+        guard let row = try await rows(
+            """
+            SELECT s3_upload_id, part_size, tail_key, tail_size, version,
+                   coalesce((SELECT array_agg(number ORDER BY number) FROM upload_parts p WHERE p.upload_id = s.upload_id), '{}') AS numbers,
+                   coalesce((SELECT array_agg(size ORDER BY number) FROM upload_parts p WHERE p.upload_id = s.upload_id), '{}') AS sizes,
+                   coalesce((SELECT array_agg(etag ORDER BY number) FROM upload_parts p WHERE p.upload_id = s.upload_id), '{}') AS etags
+            FROM upload_staging s WHERE s.upload_id = \(id)
+            """
+        ).first else { return nil }
+        let numbers = try row["numbers"].decode([Int32].self), sizes = try row["sizes"].decode([Int64].self), etags = try row["etags"].decode([String].self)
+        guard numbers.count == sizes.count, sizes.count == etags.count else { throw StoreError.conflict("the parts of \(id) do not add up") }
+        return StagingState(
+            uploadID: id, s3UploadID: try row["s3_upload_id"].decode(String.self), partSize: try row["part_size"].decode(Int64.self),
+            parts: numbers.indices.map { StagedPart(number: Int(numbers[$0]), size: sizes[$0], etag: etags[$0]) },
+            tailKey: try row["tail_key"].decode(String?.self), tailSize: try row["tail_size"].decode(Int64.self),
+            version: try row["version"].decode(Int64.self))
+    }
+
+    public func beginStaging(_ id: String, s3UploadID: String, partSize: Int64) async throws -> StagingState {
+        _ = try await rows(
+            "INSERT INTO upload_staging(upload_id, s3_upload_id, part_size) VALUES (\(id), \(s3UploadID), \(partSize)) ON CONFLICT (upload_id) DO NOTHING")
+        guard let state = try await stagingState(id) else { throw StoreError.conflict("the staging of \(id) vanished") }
+        return state
+    }
+
+    public func commitStaging(_ id: String, expected: Int64, keep: Int, added: [StagedPart], tailKey: String?, tailSize: Int64) async throws -> Bool {
+        let rows = try await rows(
+            """
+            SELECT stow_commit_staging(\(id), \(expected), \(Int32(keep)), \(added.map { Int32($0.number) }), \(added.map(\.size)),
+                \(added.map(\.etag)), \(tailKey), \(tailSize)) AS done
+            """)
+        return try rows.first?["done"].decode(Bool.self) ?? false
+    }
+
+    public func dropStaging(_ id: String) async throws {
+        _ = try await rows(
+            "WITH p AS (DELETE FROM upload_parts WHERE upload_id = \(id)) DELETE FROM upload_staging WHERE upload_id = \(id)")
+    }
+
+    public func stagings() async throws -> [(id: String, s3UploadID: String, begunNs: Int64)] {
+        try await rows("SELECT upload_id, s3_upload_id, begun_ns FROM upload_staging").map {
+            (try $0["upload_id"].decode(String.self), try $0["s3_upload_id"].decode(String.self), try $0["begun_ns"].decode(Int64.self))
+        }
+    }
+
     public func integrityProblems(limit: Int) async throws -> [String] {
         var problems: [String] = []
         for sql in IntegrityChecks.queries where problems.count < limit {

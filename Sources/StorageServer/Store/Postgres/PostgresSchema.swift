@@ -38,7 +38,7 @@ enum PostgresSchema {
         var statements: [String]
     }
 
-    static let migrations: [Migration] = [tables, functions]
+    static let migrations: [Migration] = [tables, functions, stagingLedger]
 
     static let tables = Migration(
         version: 1, name: "tables",
@@ -802,6 +802,48 @@ enum PostgresSchema {
                         END;
                     END LOOP;
                 END LOOP;
+            END $$
+            """,
+        ])
+
+    /// Uploads staged in an object store's multipart uploads (`StagingLedger`, `S3BlobStore`).
+    static let stagingLedger = Migration(
+        version: 3, name: "staging ledger",
+        statements: [
+            """
+            CREATE TABLE upload_staging (
+                upload_id text COLLATE "C" PRIMARY KEY,
+                s3_upload_id text NOT NULL,
+                part_size bigint NOT NULL,
+                tail_key text,
+                tail_size bigint NOT NULL DEFAULT 0,
+                version bigint NOT NULL DEFAULT 0,
+                begun_ns bigint NOT NULL DEFAULT stow_now()
+            )
+            """,
+            """
+            CREATE TABLE upload_parts (
+                upload_id text COLLATE "C" NOT NULL,
+                number int NOT NULL,
+                size bigint NOT NULL,
+                etag text NOT NULL,
+                PRIMARY KEY (upload_id, number)
+            )
+            """,
+            // One commit of a request's parts: only if no other request committed since it read the staging.
+            """
+            CREATE FUNCTION stow_commit_staging(
+                p_id text, p_version bigint, p_keep int, p_numbers int[], p_sizes bigint[], p_etags text[], p_tail_key text, p_tail_size bigint
+            ) RETURNS boolean LANGUAGE plpgsql AS $$
+            BEGIN
+                UPDATE upload_staging SET version = version + 1, tail_key = p_tail_key, tail_size = p_tail_size
+                    WHERE upload_id = p_id AND version = p_version;
+                IF NOT FOUND THEN RETURN false; END IF;
+                DELETE FROM upload_parts WHERE upload_id = p_id AND number > p_keep;
+                INSERT INTO upload_parts(upload_id, number, size, etag)
+                    SELECT p_id, t.n, t.s, t.e FROM unnest(p_numbers, p_sizes, p_etags) AS t(n, s, e)
+                    ON CONFLICT (upload_id, number) DO UPDATE SET size = EXCLUDED.size, etag = EXCLUDED.etag;
+                RETURN true;
             END $$
             """,
         ])

@@ -1,27 +1,41 @@
 import Crypto
 public import Foundation
 public import NIOCore
+import StorageProtocol
 
-/// Blobs as objects of an S3-compatible bucket (`<prefix>/blobs/<id>`); uploads in progress stay
-/// staging files on this replica's disk (a `LocalBlobStore` in the data directory) until they are
-/// published, which sends them to the bucket and removes them here.
+/// Blobs as objects of an S3-compatible bucket (`<prefix>/blobs/<id>`), and uploads in progress
+/// staged in the bucket too, so that any replica can continue an upload another one began.
 ///
-/// This is the first S3 slice: the bytes of an upload pass through the stowd that received it,
-/// and an upload must finish on that replica. Presigned PUT and part URLs for clients, and
-/// staging in S3 multipart uploads so that any replica can continue one, come next.
+/// An upload in progress is an S3 multipart upload to its blob's key, created with its first
+/// bytes. Its full parts (`partSize` bytes each, numbered by offset) are sent as they fill; the
+/// bytes after the last full part are kept as an object of their own, `<prefix>/staging/<id>/…`
+/// (the tail), and prepended to the next request's bytes. Where the upload stands — its parts
+/// and their ETags, the tail — is recorded in the metadata store (`StagingLedger`) when a request
+/// ends, only if no other request committed meanwhile (`version`): what a request sent is either
+/// all recorded or none of it is (a body that breaks off keeps what arrived, as with staging
+/// files; a chunk refused — too large, a wrong checksum — is `discard`ed). publish sends the tail
+/// as the last part and completes the multipart upload: the blob appears whole, under its id.
+///
+/// Only `makeBlob` (truncate) still writes a file on this replica first, within one request.
 ///
 /// Objects are immutable (an id is never written twice with other bytes), so a publish retried
-/// after a crash between the PUT and the local delete writes the same bytes again.
+/// after a crash writes the same bytes again.
 public final class S3BlobStore: BlobStore {
     let client: S3Client
+    let ledger: any StagingLedger
+    /// `makeBlob`'s files, written and published within one request.
     let staging: LocalBlobStore
-    /// Files larger than this go up as multipart uploads of parts this size (S3: 5 MiB to 5 GiB a part).
+    /// The size of an upload's parts (S3: 5 MiB to 5 GiB a part, at most 10,000 parts): a file of
+    /// up to 10,000 × this goes whole; a larger one declared at start gets larger parts.
     let partSize: Int64
     /// How old an object must be before a start-up sweep may remove it as an orphan (seconds).
     let sweepAge: TimeInterval
 
-    public init(_ location: S3Location, stagingRoot: String, partSize: Int64 = 16 << 20, sweepAge: TimeInterval = 3600) throws {
+    public static let maxParts = 10_000
+
+    public init(_ location: S3Location, ledger: any StagingLedger, stagingRoot: String, partSize: Int64 = 8 << 20, sweepAge: TimeInterval = 3600) throws {
         self.sweepAge = sweepAge
+        self.ledger = ledger
         client = S3Client(location)
         staging = try LocalBlobStore(root: stagingRoot)
         self.partSize = max(5 << 20, partSize)
@@ -33,28 +47,141 @@ public final class S3BlobStore: BlobStore {
     }
 
     func blobKey(_ id: String) -> String { client.key("blobs/" + id) }
+    func stagingPrefix(_ id: String) -> String { client.key("staging/" + id + "/") }
 
-    // MARK: staging (local)
-
-    public func stagedSize(_ id: String) async throws -> Int64? { try await staging.stagedSize(id) }
-    public func openStaged(_ id: String, at offset: Int64, expecting: Int64?) async throws -> any StagedWriter {
-        try await staging.openStaged(id, at: offset, expecting: expecting)
+    /// The part size for an upload of `size` bytes (nil: not known yet).
+    func partSize(forUploadOf size: Int64?) -> Int64 {
+        guard let size, size > partSize * Int64(Self.maxParts) else { return partSize }
+        let mib: Int64 = 1 << 20
+        return (size / Int64(Self.maxParts) + mib) / mib * mib
     }
-    public func truncateStaged(_ id: String, to size: Int64) async throws { try await staging.truncateStaged(id, to: size) }
-    public func deleteStaged(_ id: String) async throws { try await staging.deleteStaged(id) }
-    public func stagedIDs() async throws -> [String] { try await staging.stagedIDs() }
+
+    // MARK: staging (in the bucket)
+
+    public func stagedSize(_ id: String) async throws -> Int64? {
+        if let state = try await ledger.stagingState(id) { return state.offset }
+        return try await staging.stagedSize(id)
+    }
+
+    public func openStaged(_ id: String, at offset: Int64, expecting: Int64?) async throws -> any StagedWriter {
+        let state = try await stagingFor(id, expecting: expecting)
+        return try await S3StagedWriter.open(self, state, at: offset)
+    }
+
+    /// The upload's staging, begun (a new multipart upload) if it has none.
+    func stagingFor(_ id: String, expecting: Int64?) async throws -> StagingState {
+        if let state = try await ledger.stagingState(id) { return state }
+        let key = blobKey(id)
+        let s3ID = try await client.createMultipartUpload(key)
+        let state = try await ledger.beginStaging(id, s3UploadID: s3ID, partSize: partSize(forUploadOf: expecting))
+        // Another replica began it at the same moment, and its upload was recorded: ours goes.
+        if state.s3UploadID != s3ID { try? await client.abortMultipartUpload(key, uploadID: s3ID) }
+        return state
+    }
+
+    /// Grows an upload with zeros to `size` (a declared tail of zeros: S3 has no holes); a staging
+    /// can only be cut back within its tail.
+    public func truncateStaged(_ id: String, to size: Int64) async throws {
+        guard let state = try await ledger.stagingState(id) else {
+            if try await staging.stagedSize(id) != nil { return try await staging.truncateStaged(id, to: size) }
+            if size == 0 { return }
+            throw BlobStoreError.notFound(id)
+        }
+        if size == state.offset { return }
+        var writer = try await S3StagedWriter.open(self, state, at: min(size, state.offset), allowCut: true)
+        var remaining = size - writer.offset
+        let zeros = ByteBuffer(repeating: 0, count: 1 << 20)
+        while remaining > 0 {
+            let n = Int(min(remaining, Int64(zeros.readableBytes)))
+            try await writer.write(zeros.getSlice(at: 0, length: n)!)
+            remaining -= Int64(n)
+        }
+        _ = try await writer.finish()
+    }
+
+    public func deleteStaged(_ id: String) async throws {
+        if let state = try await ledger.stagingState(id) {
+            try? await client.abortMultipartUpload(blobKey(id), uploadID: state.s3UploadID)
+            for (key, _) in (try? await client.listKeys(prefix: stagingPrefix(id))) ?? [] { try? await client.deleteObject(key) }
+            try await ledger.dropStaging(id)
+        }
+        try await staging.deleteStaged(id)
+    }
+
+    /// Uploads staged here that the start-up sweep may look at: this replica's files, and
+    /// stagings older than `sweepAge` (another replica may be streaming a form or a copy into one
+    /// it has not recorded an upload for yet).
+    public func stagedIDs() async throws -> [String] {
+        let cutoff = Timestamp.nowNanoseconds() - Int64(sweepAge * 1_000_000_000)
+        return try await ledger.stagings().filter { $0.begunNs < cutoff }.map(\.id) + (try await staging.stagedIDs())
+    }
 
     public func sha256(ofStaged id: String) async throws -> String {
         if try await staging.stagedSize(id) != nil { return try await staging.sha256(ofStaged: id) }
-        var hasher = SHA256()
+        // The parts of a multipart upload cannot be read before it completes: only a blob can be.
         guard let size = try await blobSize(id) else { throw BlobStoreError.notFound(id) }
+        var hasher = SHA256()
         try await read(id, range: 0..<size) { hasher.update(data: $0.readableBytesView) }
         return hasher.finalize().hexString
+    }
+
+    /// Reading staged bytes back means reading the whole blob from the bucket: the upload route
+    /// hashes after publishing, and only when it must check a declared SHA-256.
+    public var hashesStagedBytesCheaply: Bool { false }
+
+    /// Nothing of the request is recorded: the upload stands where it stood.
+    public func discard(_ writer: inout any StagedWriter, of id: String, backTo offset: Int64) async throws {
+        await writer.abandon()
     }
 
     // MARK: blobs (the bucket)
 
     public func publish(_ id: String) async throws {
+        if let state = try await ledger.stagingState(id) {
+            try await publishStaged(state)
+        } else if try await staging.stagedSize(id) != nil {
+            try await publishLocal(id)
+        } else if try await blobSize(id) == nil {
+            throw BlobStoreError.notFound(id)
+        }
+    }
+
+    /// The tail as the last part, then the multipart upload completed (or, for a file smaller than
+    /// a part, the tail copied to the blob's key and the multipart upload aborted).
+    func publishStaged(_ state: StagingState) async throws {
+        let key = blobKey(state.uploadID)
+        var parts = state.parts
+        var tail = ByteBuffer()
+        if let tailKey = state.tailKey, state.tailSize > 0 {
+            tail.reserveCapacity(Int(state.tailSize))
+            try await client.getObject(tailKey, range: 0..<state.tailSize) { chunk in
+                var c = chunk
+                tail.writeBuffer(&c)
+            }
+        }
+        if parts.isEmpty {
+            // Smaller than a part: one PUT, no multipart upload needed.
+            try await client.putObject(key, .bytes(tail))
+            try? await client.abortMultipartUpload(key, uploadID: state.s3UploadID)
+        } else {
+            if tail.readableBytes > 0 {
+                let number = parts.count + 1
+                let etag = try await client.uploadPart(key, uploadID: state.s3UploadID, number: number, .bytes(tail))
+                parts.append(StagedPart(number: number, size: Int64(tail.readableBytes), etag: etag))
+            }
+            do {
+                try await client.completeMultipartUpload(key, uploadID: state.s3UploadID, parts: parts.map { ($0.number, $0.etag) })
+            } catch {
+                // A publish retried after it completed once (a crash before the record): the blob is there.
+                guard try await client.headObject(key) == state.offset else { throw error }
+            }
+        }
+        for (k, _) in (try? await client.listKeys(prefix: stagingPrefix(state.uploadID))) ?? [] { try? await client.deleteObject(k) }
+        try await ledger.dropStaging(state.uploadID)
+    }
+
+    /// A file of this replica (`makeBlob`): one PUT, or a multipart upload of `partSize` parts.
+    func publishLocal(_ id: String) async throws {
         let path = staging.stagingDir + "/" + id
         guard let size = try await staging.stagedSize(id) else { throw BlobStoreError.notFound(id) }
         let key = blobKey(id)
@@ -90,7 +217,7 @@ public final class S3BlobStore: BlobStore {
     /// follows the same rule as the local store's (none past `hashedZeros` of zeros).
     public func makeBlob(_ id: String, fromPrefixOf source: BlobBytes, size: Int64) async throws -> String? {
         let digest = try await staging.makeStagedBlob(id, fromPrefixOf: source, size: size, blobs: self)
-        try await publish(id)
+        try await publishLocal(id)
         return digest
     }
 
@@ -110,5 +237,109 @@ public final class S3BlobStore: BlobStore {
             guard entry.key.hasPrefix(prefix), let modified = entry.modified, modified < cutoff else { return nil }
             return String(entry.key.dropFirst(prefix.count))
         }
+    }
+
+    /// Multipart uploads under the blobs that no staging records, begun more than `sweepAge` ago
+    /// (a replica that stopped between creating one and recording it; a staging dropped without
+    /// its abort): aborted, with tail objects no staging names. Returns how many went.
+    public func abortAbandonedUploads() async throws -> Int {
+        let recorded = Set(try await ledger.stagings().map(\.s3UploadID))
+        let cutoff = Date().addingTimeInterval(-sweepAge)
+        var aborted = 0
+        for upload in try await client.listMultipartUploads(prefix: client.key("blobs/")) where !recorded.contains(upload.uploadID) {
+            guard let initiated = upload.initiated, initiated < cutoff else { continue }
+            try? await client.abortMultipartUpload(upload.key, uploadID: upload.uploadID)
+            aborted += 1
+        }
+        let tailsPrefix = client.key("staging/")
+        let live = Set(try await ledger.stagings().map(\.id))
+        for (key, modified) in try await client.listKeys(prefix: tailsPrefix) {
+            let rest = key.dropFirst(tailsPrefix.count)
+            guard let id = rest.split(separator: "/").first.map(String.init), !live.contains(id), let modified, modified < cutoff else { continue }
+            try? await client.deleteObject(key)
+            aborted += 1
+        }
+        return aborted
+    }
+}
+
+/// Writes one request's bytes into an upload staged in the bucket (see `S3BlobStore`).
+struct S3StagedWriter: StagedWriter {
+    let store: S3BlobStore
+    let base: StagingState
+    /// Parts 1…keep stay; this request's full parts follow them.
+    let keep: Int
+    var buffer: ByteBuffer
+    var added: [StagedPart] = []
+    var offset: Int64
+    var closed = false
+
+    /// A writer at `offset`: the upload's current end, or 0 (a PUT starting over). `allowCut`:
+    /// also an offset inside the tail (`truncateStaged`).
+    static func open(_ store: S3BlobStore, _ state: StagingState, at offset: Int64, allowCut: Bool = false) async throws -> S3StagedWriter {
+        let full = Int64(state.parts.count) * state.partSize
+        let keep: Int
+        // One part's room from the start: growing by doubling would hold 1.5 parts at a time.
+        var buffer = ByteBufferAllocator().buffer(capacity: Int(state.partSize))
+        if offset == 0 {
+            keep = 0
+        } else if offset == state.offset || (allowCut && offset >= full && offset < state.offset) {
+            keep = state.parts.count
+            let tailBytes = offset - full
+            if tailBytes > 0, let tailKey = state.tailKey {
+                // The bytes after the last full part, read back to go on from them.
+                try await store.client.getObject(tailKey, range: 0..<tailBytes) { chunk in
+                    var c = chunk
+                    buffer.writeBuffer(&c)
+                }
+            }
+        } else {
+            throw BlobStoreError.offsetNotHeld(offset: offset, held: state.offset)
+        }
+        return S3StagedWriter(store: store, base: state, keep: keep, buffer: buffer, offset: offset)
+    }
+
+    mutating func write(_ bytes: ByteBuffer) async throws {
+        var bytes = bytes
+        while bytes.readableBytes > 0 {
+            let room = Int(base.partSize) - buffer.readableBytes
+            var slice = bytes.readSlice(length: min(room, bytes.readableBytes))!
+            offset += Int64(slice.readableBytes)
+            buffer.writeBuffer(&slice)
+            if buffer.readableBytes == Int(base.partSize) { try await sendPart() }
+        }
+    }
+
+    /// A full part to the multipart upload (recorded at `finish`).
+    mutating func sendPart() async throws {
+        let number = keep + added.count + 1
+        guard number <= S3BlobStore.maxParts else { throw BlobStoreError.tooLarge(limit: Int64(S3BlobStore.maxParts) * base.partSize) }
+        let etag = try await store.client.uploadPart(store.blobKey(base.uploadID), uploadID: base.s3UploadID, number: number, .bytes(buffer))
+        added.append(StagedPart(number: number, size: Int64(buffer.readableBytes), etag: etag))
+        buffer.clear()
+    }
+
+    /// Keeps the bytes after the last full part as the tail, and records the parts and the tail,
+    /// if no other request committed since this one began (409 otherwise).
+    mutating func finish() async throws -> Int64 {
+        closed = true
+        var tailKey: String?
+        if buffer.readableBytes > 0 {
+            let key = store.stagingPrefix(base.uploadID) + "tail-\(offset)-\(UInt32.random(in: 0...UInt32.max))"
+            try await store.client.putObject(key, .bytes(buffer))
+            tailKey = key
+        }
+        let committed = try await store.ledger.commitStaging(
+            base.uploadID, expected: base.version, keep: keep, added: added, tailKey: tailKey, tailSize: Int64(buffer.readableBytes))
+        guard committed else {
+            if let tailKey { try? await store.client.deleteObject(tailKey) }
+            throw BlobStoreError.conflict("another request wrote this upload meanwhile; ask for its offset and resume from there")
+        }
+        if let old = base.tailKey, old != tailKey { try? await store.client.deleteObject(old) }
+        return offset
+    }
+
+    mutating func abandon() async {
+        closed = true
     }
 }

@@ -159,6 +159,27 @@ struct S3Client: Sendable {
         if text.contains("<Error>") { throw Self.failure("CompleteMultipartUpload \(key)", 200, answer.body) }
     }
 
+    /// The multipart uploads in progress under `prefix`: key, upload id, when it began (page by page).
+    func listMultipartUploads(prefix: String) async throws -> [(key: String, uploadID: String, initiated: Date?)] {
+        var uploads: [(key: String, uploadID: String, initiated: Date?)] = []
+        var keyMarker: String?, idMarker: String?
+        repeat {
+            var query = [("uploads", ""), ("prefix", prefix), ("max-uploads", "1000")]
+            if let keyMarker { query.append(("key-marker", keyMarker)) }
+            if let idMarker { query.append(("upload-id-marker", idMarker)) }
+            let answer = try await call("GET", key: nil, query: query, expect: [200])
+            let xml = String(buffer: answer.body)
+            for entry in XMLScan.values(of: "Upload", in: xml) {
+                guard let key = XMLScan.values(of: "Key", in: entry).first, let id = XMLScan.values(of: "UploadId", in: entry).first else { continue }
+                uploads.append((key, id, XMLScan.values(of: "Initiated", in: entry).first.flatMap(Self.parseTime)))
+            }
+            let truncated = XMLScan.values(of: "IsTruncated", in: xml).first == "true"
+            keyMarker = truncated ? XMLScan.values(of: "NextKeyMarker", in: xml).first : nil
+            idMarker = truncated ? XMLScan.values(of: "NextUploadIdMarker", in: xml).first : nil
+        } while keyMarker != nil
+        return uploads
+    }
+
     func abortMultipartUpload(_ key: String, uploadID: String) async throws {
         _ = try await call("DELETE", key: key, query: [("uploadId", uploadID)], expect: [204, 200, 404])
     }
