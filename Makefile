@@ -1,6 +1,8 @@
 # StowFS — one entry point.
 #   make run    build release binaries, start a local stowd and mount the namespace `demo` at ./mnt (MNT=…)
 #   make stop   store what is queued and unmount it
+#   make run-cluster   PostgreSQL, S3, 3 stowd replicas and nginx in front, on this machine (scripts/cluster.sh up)
+#   make stop-cluster  stop exactly what run-cluster started (scripts/cluster.sh down)
 #   make test   install what is missing, build, run every test (Swift's; the server's and the hostile-input suite again on PostgreSQL + S3; then the hostile-input suite and schemathesis against stowd)
 SHELL := /bin/bash
 SWIFT ?= swift
@@ -15,7 +17,7 @@ DOCDIR ?= $(PREFIX)/share/doc/stowfs
 BUILD_DIR ?= .build/release
 MNT ?= $(CURDIR)/mnt
 
-.PHONY: all deps build release test test-scaleout run stop install install-files bench bench-smoke bench-server clean
+.PHONY: all deps build release test test-scaleout run stop run-cluster stop-cluster cluster-smoke install install-files bench bench-smoke bench-server clean
 
 all: build
 
@@ -45,6 +47,19 @@ run: release
 
 stop:
 	@.build/release/stowfs unmount "$(MNT)"
+
+# A cluster on this machine: PostgreSQL and an S3 server (SeaweedFS) on free loopback ports, stowd
+# replicas sharing them, nginx in front; prints the endpoint, the token and the mount command.
+# Uses .build/release (or STOW_BIN_DIR), built when missing. CLUSTER_ARGS="--replicas 5 --dir DIR".
+run-cluster: deps
+	@scripts/cluster.sh up $(CLUSTER_ARGS)
+
+stop-cluster:
+	@scripts/cluster.sh down $(CLUSTER_ARGS)
+
+# Mount through the cluster, copy small trees, kill a replica, copy more, remount, diff, stop, check nothing is left.
+cluster-smoke: deps
+	@scripts/cluster-smoke.sh
 
 # StowFS beside local disk, FUSE passthrough and rclone mount: W1-W7 of issue 5, three runs, medians.
 # Writes bench/results/latest.md and .json. Needs root. RUNS=, SIZE= to change; BENCH_ARGS= for

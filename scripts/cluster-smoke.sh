@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Smoke check of the local cluster (issue 15): scripts/cluster.sh up in a folder of its own, mount a
+# namespace through nginx with the release stowfs (--create), copy a tree of 300 small files,
+# sync, kill -9 one replica, copy a second tree of 300 and a third of 30 files of 64 KiB to 1 MiB
+# and sync, unmount, mount again with an empty cache (so every byte comes from the cluster),
+# diff -r the trees against their sources, unmount,
+# scripts/cluster.sh down, and check that no process it started (stowd, nginx, postgres, weed,
+# stowfs) and no mount is left. Whatever fails, the traps unmount and bring the cluster down; the
+# work folder (logs) is kept on failure. Binaries: $STOW_BIN_DIR, default .build/release (which
+# scripts/cluster.sh builds when it has none).
+# shellcheck disable=SC1090,SC1091,SC2154  # it reads the cluster's state file and the S3 env file
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bin="${STOW_BIN_DIR:-$root/.build/release}"
+cluster="$root/scripts/cluster.sh"
+work="$(mktemp -d /tmp/stow-cluster-smoke-XXXXXX)"
+chmod 711 "$work"   # PostgreSQL runs as `postgres` when this runs as root: it must pass through
+cdir="$work/cluster"; mnt="$work/mnt"; src="$work/src"
+mkdir -p "$mnt" "$src/a" "$src/b" "$src/c"
+t0=$SECONDS; tstep=$SECONDS
+
+step() { echo "== [$((SECONDS - t0)) s, previous step $((SECONDS - tstep)) s] $*"; tstep=$SECONDS; }
+mounted() { grep -qF " $mnt fuse" /proc/mounts; }
+fail() { echo "SMOKE FAILED: $*" >&2; exit 1; }
+
+cleanup() {
+    local status=$?
+    trap - EXIT INT TERM
+    if mounted; then
+        echo "cleanup: unmounting $mnt" >&2
+        timeout 60 "$bin/stowfs" unmount "$mnt" --no-wait >&2 || fusermount3 -uz "$mnt" || true
+    fi
+    if [ -f "$cdir/state" ]; then
+        echo "cleanup: stopping the cluster" >&2
+        "$cluster" down --dir "$cdir" >&2 || true
+    fi
+    if [ "$status" -eq 0 ]; then
+        rm -rf "$work"
+    else
+        echo "SMOKE FAILED (exit $status) after $((SECONDS - t0)) s; logs kept in $cdir/logs, stowfs's in ~/.cache/stowfs/logs" >&2
+    fi
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Two trees of 300 small files (< 64 KiB) from /usr/share/doc, copied to a local folder first: fixed
+# sources to compare with. stowfs sends files this small in batches and stowd keeps their bytes in
+# PostgreSQL; the third tree, of files between 64 KiB and 1 MiB, goes as direct uploads (one request
+# each) whose bytes stowd puts in S3.
+step "preparing trees of small files from /usr/share/doc"
+(cd /usr/share/doc && find . -type f -size -64k -readable | LC_ALL=C sort) > "$work/files"
+[ "$(wc -l < "$work/files")" -ge 600 ] || fail "fewer than 600 files under 64 KiB in /usr/share/doc"
+(cd /usr/share/doc && head -300 "$work/files" | tar -cf - -T - | tar -xf - -C "$src/a")
+(cd /usr/share/doc && sed -n 301,600p "$work/files" | tar -cf - -T - | tar -xf - -C "$src/b")
+(cd /usr/share/doc && find . -type f -size +64k -size -1024k -readable | LC_ALL=C sort) > "$work/files-c"
+(cd /usr/share/doc && head -30 "$work/files-c" | tar -cf - -T - | tar -xf - -C "$src/c")
+for t in a b c; do
+    echo "   $t: $(find "$src/$t" -type f | wc -l) files, $(du -sk --apparent-size "$src/$t" | cut -f1) KiB"
+done
+
+step "scripts/cluster.sh up"
+"$cluster" up --dir "$cdir"
+endpoint="$(. "$cdir/state"; echo "$endpoint")"
+bin="$(. "$cdir/state"; echo "$bin_dir")"
+
+step "mount the namespace smoke at $mnt through $endpoint (--create)"
+"$bin/stowfs" mount smoke "$mnt" --endpoint "$endpoint" --token-file "$cdir/token" --create --cache-dir "$work/cache1"
+
+step "cp -r tree a"
+cp -r "$src/a" "$mnt/a"
+step "stowfs sync"
+"$bin/stowfs" sync "$mnt" || { "$bin/stowfs" status "$mnt" >&2 || true; fail "stowfs sync after tree a"; }
+
+step "kill -9 of replica 2"
+"$cluster" kill-replica 2 --dir "$cdir"
+
+step "cp -r trees b and c (replica 2 is dead)"
+cp -r "$src/b" "$mnt/b"
+cp -r "$src/c" "$mnt/c"
+step "stowfs sync"
+"$bin/stowfs" sync "$mnt" || { "$bin/stowfs" status "$mnt" >&2 || true; fail "stowfs sync after tree b"; }
+
+step "stowfs unmount"
+"$bin/stowfs" unmount "$mnt"
+mounted && fail "$mnt is still mounted after stowfs unmount"
+
+step "mount again with an empty cache"
+"$bin/stowfs" mount smoke "$mnt" --endpoint "$endpoint" --token-file "$cdir/token" --cache-dir "$work/cache2"
+step "diff -r of the three trees"
+for t in a b c; do diff -r "$src/$t" "$mnt/$t" || fail "tree $t differs"; done
+echo "   the three trees are identical to their sources"
+step "stowfs unmount"
+"$bin/stowfs" unmount "$mnt"
+
+# Where requests went, by replica, from nginx's access log (the dead one appears beside a live one
+# when nginx moved a request on).
+echo "   requests by upstream (nginx-access.log):"
+sed -n 's/.*upstream=\(.*\) (\(.*\))$/\1 -> \2/p' "$cdir/logs/nginx-access.log" | sort | uniq -c | sort -rn | head -12 | sed 's/^/     /'
+echo "   objects in the bucket: $(. "$cdir/s3/env"; python3 - "$STOW_TEST_S3_ENDPOINT" "$STOW_TEST_S3_ACCESS_KEY" "$STOW_TEST_S3_SECRET_KEY" <<'PY'
+import sys, botocore.session, botocore.config
+c = botocore.session.get_session().create_client("s3", endpoint_url=sys.argv[1], aws_access_key_id=sys.argv[2],
+    aws_secret_access_key=sys.argv[3], region_name="us-east-1", config=botocore.config.Config(s3={"addressing_style": "path"}))
+print(sum(p.get("KeyCount", 0) for p in c.get_paginator("list_objects_v2").paginate(Bucket="stow-test", Prefix="cluster/blobs/")))
+PY
+)"
+echo "   answers by status:$(sed -n 's/^[^"]*"[^"]*" \([0-9]*\) .*/\1/p' "$cdir/logs/nginx-access.log" | sort | uniq -c | awk '{printf " %s × %s", $2, $1}')"
+
+# Every process the cluster runs, with its children (postgres's backends, nginx's workers).
+. "$cdir/state"
+pids=()
+for p in "${nginx_pid:-}" "${pg_pid:-}" "${s3_pid:-}" $(for ((i = 1; i <= replicas; i++)); do eval echo "\${replica_${i}_pid:-}"; done); do
+    [ -n "$p" ] || continue
+    pids+=("$p")
+    while read -r child; do pids+=("$child"); done < <(ps -o pid= --ppid "$p" 2>/dev/null || true)
+done
+
+step "scripts/cluster.sh down"
+"$cluster" down --dir "$cdir"
+
+step "checking that nothing is left"
+left=()
+for p in "${pids[@]}"; do
+    kill -0 "$p" 2>/dev/null || continue
+    # A zombie has stopped; only its parent's wait is missing.
+    [ "$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | cut -c1)" = Z ] && continue
+    left+=("$p: $(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null)")
+done
+[ ${#left[@]} -eq 0 ] || { printf '   left running: %s\n' "${left[@]}" >&2; fail "processes left"; }
+stray="$(pgrep -af -- "$work" || true)"
+[ -z "$stray" ] || { echo "$stray" >&2; fail "processes naming $work left"; }
+grep -F " $work" /proc/mounts && fail "a mount under $work is left"
+[ -f "$cdir/state" ] && fail "the state file is left"
+echo "   none of the ${#pids[@]} processes it ran is left (stowd, nginx, postgres, weed); no mount, no state"
+step "smoke check passed in $((SECONDS - t0)) s"
