@@ -278,9 +278,6 @@ EOF
   drills     scripts/cluster.sh kill-replica 2 --dir $dir ; scripts/cluster.sh restart-replica 2 --dir $dir
   stop       scripts/cluster.sh down --dir $dir
 
-  Not yet: files over 1 MiB (three-step uploads) fail through this round-robin nginx: an upload in
-  progress must reach the replica that took its first bytes (docs/deploy.md).
-
 EOF
 }
 

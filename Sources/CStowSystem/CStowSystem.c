@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <unistd.h>
+#include <malloc.h>
 #include "CStowSystem.h"
 
 int CStowSystem_punch_hole(int fd, off_t offset, off_t length) {
@@ -221,4 +222,13 @@ void CStowSystem_direct_close(CStowSystem_direct_file *f) {
     give_buffer(f->buffer[0]);
     give_buffer(f->buffer[1]);
     free(f);
+}
+
+int CStowSystem_fix_mmap_threshold(int bytes) {
+#if defined(__GLIBC__)
+    return mallopt(M_MMAP_THRESHOLD, bytes);
+#else
+    (void)bytes;
+    return 0;
+#endif
 }

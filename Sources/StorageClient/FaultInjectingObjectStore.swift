@@ -15,7 +15,7 @@ import Synchronization
 public final class FaultInjectingObjectStore: ObjectStore {
     public enum Operation: String, Sendable, CaseIterable {
         case namespaces, createNamespace, deleteNamespace, record, list, update, delete, makeFolder, removeFolder, rename, makeNode, link
-        case startUpload, uploadedBytes, send, completeUpload, renewUpload, abandonUpload, signedURLs, read
+        case startUpload, uploadedBytes, send, completeUpload, renewUpload, abandonUpload, signedURLs, read, uploadParts
     }
 
     private struct State {
@@ -144,6 +144,16 @@ public final class FaultInjectingObjectStore: ObjectStore {
             throw StorageError(.unavailable, "injected: connection dropped after \(half - offset) bytes")
         }
         return try await base.send(session, from: source, offset: offset, end: end, progress: progress)
+    }
+    public func uploadParts(_ session: StartUploadResponse, numbers: [Int]) async throws -> UploadPartsResponse {
+        try await enter(.uploadParts)
+        return try await base.uploadParts(session, numbers: numbers)
+    }
+    /// Counted, failed and dropped as `.send`: a direct PUT that drops stores nothing.
+    public func putDirect(url: String, headers: [String: String], from source: UploadSource, offset: Int64, end: Int64, progress: ProgressHandler?) async throws {
+        try await enter(.send)
+        if takeDrop(.send) { throw StorageError(.unavailable, "injected: connection dropped during a direct PUT") }
+        try await base.putDirect(url: url, headers: headers, from: source, offset: offset, end: end, progress: progress)
     }
     public func completeUpload(_ session: StartUploadResponse) async throws -> FileRecord {
         try await enter(.completeUpload)

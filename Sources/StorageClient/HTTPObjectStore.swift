@@ -303,6 +303,41 @@ public final class HTTPObjectStore: ObjectStore {
         try? await Task { try await handle.close() }.value
     }
 
+    public func uploadParts(_ session: StartUploadResponse, numbers: [Int]) async throws -> UploadPartsResponse {
+        let ns = try Namespace(session.namespace)
+        let body = Self.json(UploadPartsRequest(upload: session, numbers: numbers))
+        return try decode(UploadPartsResponse.self, try await execute(makeRequest(.POST, url(Routes.uploadParts(ns)), body: body)))
+    }
+
+    public func putDirect(url: String, headers: [String: String], from source: UploadSource, offset: Int64, end: Int64, progress: ProgressHandler?) async throws {
+        // The URL is the object store's, presigned: no token goes with it.
+        var request = makeRequest(.PUT, url, headers: headers.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }, authorized: false)
+        let counter = progress.map { ProgressCounter(base: offset, total: end, report: $0) }
+        let answer: Answer
+        switch source {
+        case .bytes(let buffer):
+            guard Int64(buffer.readableBytes) >= end else { throw StorageError(.localIO, "the source has \(buffer.readableBytes) bytes, fewer than \(end)") }
+            let slice = buffer.getSlice(at: buffer.readerIndex + Int(offset), length: Int(end - offset)) ?? ByteBuffer()
+            request.body = .bytes(slice)
+            answer = try await executeOnce(request, maxBody: 1 << 20, timeout: .seconds(3600))
+            counter?.add(Int64(slice.readableBytes))
+        case .file(let path):
+            answer = try await withFile(path) { handle in
+                let chunks = handle.readChunks(in: offset..<end, chunkLength: .mebibytes(1))
+                request.body = .stream(CountingChunks(base: chunks, counter: counter), length: .known(end - offset))
+                return try await executeOnce(request, maxBody: 1 << 20, timeout: .seconds(24 * 3600))
+            }
+        }
+        guard answer.status == 200 else {
+            // The store's own answer (XML): 403 is an expired or refused signature (renew), 400
+            // BadDigest a body that is not the declared content.
+            let text = String(buffer: answer.body)
+            if text.contains("<Code>BadDigest</Code>") { throw StorageError(.checksumMismatch, "the object store refused the bytes: they do not match the declared SHA-256", status: answer.status) }
+            let kind: StorageError.Kind = answer.status == 403 ? .forbidden : answer.status == 404 ? .notFound : answer.status >= 500 ? .unavailable : .badRequest
+            throw StorageError(kind, "the object store answered \(answer.status) to a direct upload", status: answer.status)
+        }
+    }
+
     public func completeUpload(_ session: StartUploadResponse) async throws -> FileRecord {
         let ns = try Namespace(session.namespace)
         return try decode(FileRecord.self, try await execute(makeRequest(.POST, url(Routes.completeUpload(ns)), body: Self.json(session))))

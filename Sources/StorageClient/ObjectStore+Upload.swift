@@ -48,6 +48,11 @@ extension ObjectStore {
         progress: ProgressHandler? = nil, willComplete: (@Sendable () async -> Void)? = nil
     ) async throws -> FileRecord {
         var session = started
+        if session.upload.direct != nil, session.deferLength != true, session.params?.zerosFrom == nil, session.size > 0,
+            try await goesDirect(&session, knownOffset: knownOffset)
+        {
+            return try await sendDirect(session, from: source, options: options, progress: progress, willComplete: willComplete)
+        }
         // A declared tail of zeros (`zeros_from`) is not sent: the server makes it a hole.
         let size = max(0, min(session.size, session.params?.zerosFrom ?? session.size))
         let retry = options.retry
@@ -87,6 +92,119 @@ extension ObjectStore {
             } catch let error as StorageError where (error.isTransient || error.kind == .conflict) && attempt < retry.attempts {
                 try await retry.sleep(retry.delay(after: attempt))
                 attempt += 1
+            }
+        }
+    }
+
+    /// Whether an upload offered a direct way takes it: a new one does; one resumed does unless
+    /// bytes went through its storage link before (the store then says it is being sent there).
+    func goesDirect(_ session: inout StartUploadResponse, knownOffset: Int64?) async throws -> Bool {
+        if knownOffset == 0 { return true }
+        do {
+            _ = try await renewing(&session) { try await uploadParts($0, numbers: []) }
+            return true
+        } catch let error as StorageError where error.kind == .conflict {
+            return false
+        }
+    }
+
+    /// A direct upload (`upload.direct`): the bytes go straight to the object store — the whole
+    /// file in one PUT when it fits in a part, else in parts, `parallelParts` at a time, each sent
+    /// again on a failure, only those the store lacks after a restart — then complete.
+    func sendDirect(
+        _ started: StartUploadResponse, from source: UploadSource, options: UploadOptions, progress: ProgressHandler?,
+        willComplete: (@Sendable () async -> Void)?
+    ) async throws -> FileRecord {
+        var session = started
+        let size = session.size
+        let retry = options.retry
+        guard let direct = session.upload.direct else { throw StorageError(.protocolViolation, "not a direct upload") }
+        if size <= direct.partSize, direct.url != nil {
+            var failures = 0
+            while true {
+                try Task.checkCancellation()
+                do {
+                    try await renewing(&session) { s in
+                        guard let d = s.upload.direct, let url = d.url else { throw StorageError(.protocolViolation, "the renewed upload is not direct") }
+                        try await putDirect(url: url, headers: d.headers ?? [:], from: source, offset: 0, end: size, progress: progress)
+                    }
+                    break
+                } catch let error as StorageError where error.isTransient || error.kind == .conflict {
+                    failures += 1
+                    guard failures < retry.attempts else { throw error }
+                    try await retry.sleep(retry.delay(after: failures))
+                }
+            }
+        } else {
+            try await sendParts(&session, from: source, options: options, progress: progress)
+        }
+        await willComplete?()
+        try Task.checkCancellation()
+        var attempt = 1
+        while true {
+            do {
+                return try await completeUpload(session)
+            } catch let error as StorageError where (error.isTransient || error.kind == .conflict) && attempt < retry.attempts {
+                try await retry.sleep(retry.delay(after: attempt))
+                attempt += 1
+            }
+        }
+    }
+
+    /// How many parts of a direct upload go at once.
+    static var parallelParts: Int { 4 }
+
+    /// The parts the store lacks, sent `parallelParts` at a time (URLs asked for 64 at a time).
+    /// After a failure, the store is asked again which parts it has, and the others go.
+    func sendParts(_ session: inout StartUploadResponse, from source: UploadSource, options: UploadOptions, progress: ProgressHandler?) async throws {
+        let retry = options.retry
+        var failures = 0
+        while true {
+            try Task.checkCancellation()
+            do {
+                try await sendMissingParts(&session, from: source, progress: progress)
+                return
+            } catch let error as StorageError where error.isTransient || error.kind == .forbidden || error.kind == .conflict {
+                failures += 1
+                guard failures < retry.attempts else { throw error }
+                try await retry.sleep(retry.delay(after: failures))
+                if error.kind == .forbidden { session = try await renewUpload(session) }
+            }
+        }
+    }
+
+    private func sendMissingParts(_ session: inout StartUploadResponse, from source: UploadSource, progress: ProgressHandler?) async throws {
+        let size = session.size
+        let first = try await renewing(&session) { try await uploadParts($0, numbers: []) }
+        let partSize = first.partSize
+        let count = Int((size + partSize - 1) / partSize)
+        let stored = Set(first.stored.filter { $0.size == min(partSize, size - Int64($0.number - 1) * partSize) }.map(\.number))
+        let missing = (1...count).filter { !stored.contains($0) }
+        let counter = progress.map { ProgressCounter(base: min(size, Int64(stored.count) * partSize), total: size, report: $0) }
+        for batchStart in stride(from: 0, to: missing.count, by: 64) {
+            try Task.checkCancellation()
+            let batch = Array(missing[batchStart..<min(batchStart + 64, missing.count)])
+            let urls = try await renewing(&session) { try await uploadParts($0, numbers: batch) }.parts
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                var next = 0
+                func add(_ part: UploadPartsResponse.Part) {
+                    group.addTask {
+                        guard let url = part.url else { throw StorageError(.protocolViolation, "part \(part.number) came without a URL") }
+                        let start = Int64(part.number - 1) * partSize
+                        try await putDirect(url: url, headers: [:], from: source, offset: start, end: start + part.size, progress: nil)
+                        counter?.add(part.size)
+                    }
+                }
+                while next < urls.count && next < Self.parallelParts {
+                    add(urls[next])
+                    next += 1
+                }
+                while try await group.next() != nil {
+                    if next < urls.count {
+                        add(urls[next])
+                        next += 1
+                    }
+                }
             }
         }
     }

@@ -48,6 +48,12 @@ public protocol ObjectStore: Sendable {
     /// may have been stored, as with `uploadDirect`). Not retried here.
     func uploadBatch(_ ns: Namespace, _ files: [(StartUploadRequest, UploadSource)]) async throws -> [Result<FileRecord, StorageError>]
     func abandonUpload(_ session: StartUploadResponse) async throws
+    /// Presigned URLs of these parts of a direct upload (`upload.direct`: a server whose files are
+    /// in an object store), and the parts the store holds already.
+    func uploadParts(_ session: StartUploadResponse, numbers: [Int]) async throws -> UploadPartsResponse
+    /// PUTs `source[offset..<end]` to a presigned URL of the object store: a direct upload's whole
+    /// file, or one of its parts. No retries here.
+    func putDirect(url: String, headers: [String: String], from source: UploadSource, offset: Int64, end: Int64, progress: ProgressHandler?) async throws
 
     // MARK: Reads
     /// Signed URLs for reading these paths, valid `expiry` seconds.
@@ -62,6 +68,15 @@ public protocol ObjectStore: Sendable {
 }
 
 extension ObjectStore {
+    /// Stores that never offer direct uploads.
+    public func uploadParts(_ session: StartUploadResponse, numbers: [Int]) async throws -> UploadPartsResponse {
+        throw StorageError(.notFound, "this store takes no direct uploads")
+    }
+
+    public func putDirect(url: String, headers: [String: String], from source: UploadSource, offset: Int64, end: Int64, progress: ProgressHandler?) async throws {
+        throw StorageError(.notFound, "this store takes no direct uploads")
+    }
+
     /// Stores without a one-request upload take the three steps.
     public func uploadDirect(_ ns: Namespace, _ request: StartUploadRequest, from source: UploadSource) async throws -> FileRecord {
         try await uploadInThreeSteps(ns, request, from: source)

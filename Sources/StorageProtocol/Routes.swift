@@ -13,6 +13,8 @@ public enum Routes {
     public static let directUploadHeader = "Stow-Upload"
     /// Several small files in one request and one transaction (a StowFS extension); see `BatchUpload`.
     public static func batchUpload(_ ns: Namespace) -> String { "\(prefix)/v2.0/namespaces/\(ns)/upload/batch" }
+    /// Presigned part URLs of a direct upload (a server whose blobs are in S3).
+    public static func uploadParts(_ ns: Namespace) -> String { "\(prefix)/v2.0/namespaces/\(ns)/upload/parts" }
     public static func completeUploadV1(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/upload/complete/" }
     public static let signURLs = "\(prefix)/v1.0/sign-urls"
     public static func browse(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/browse" }

@@ -95,16 +95,94 @@ public struct UploadLink: Codable, Sendable, Equatable {
     public var expiry: Int
     /// When the link expires (seconds since the Unix epoch).
     public var expiresAt: Int64?
+    /// A StowFS extension: where the bytes may go straight to the object store instead of through
+    /// `url` (a server whose blobs are in S3). Clients that do not know it use `url` as always.
+    public var direct: DirectUpload?
 
-    public init(url: String, expiry: Int, expiresAt: Int64?) {
+    public init(url: String, expiry: Int, expiresAt: Int64?, direct: DirectUpload? = nil) {
         self.url = url
         self.expiry = expiry
+        self.expiresAt = expiresAt
+        self.direct = direct
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case url, expiry, direct
+        case expiresAt = "expires_at"
+    }
+}
+
+/// How to send an upload's bytes straight to the object store: the whole file in one `PUT` to
+/// `url` (with `headers`), or in parts of `partSize` bytes, in any order and in parallel, to
+/// URLs asked of `upload/parts` (which also says which parts the store has). Then complete as
+/// usual. Both kinds of URL expire with the storage link; renew gives fresh ones.
+public struct DirectUpload: Codable, Sendable, Equatable {
+    /// A presigned `PUT` of the whole file (nil when the file is too large for one: parts only).
+    public var url: String?
+    /// Headers the whole-file `PUT` must carry (a checksum the store checks the body against).
+    public var headers: [String: String]?
+    public var partSize: Int64
+    /// How many parts the file takes.
+    public var parts: Int
+    public var expiresAt: Int64
+
+    public init(url: String?, headers: [String: String]?, partSize: Int64, parts: Int, expiresAt: Int64) {
+        self.url = url
+        self.headers = headers
+        self.partSize = partSize
+        self.parts = parts
         self.expiresAt = expiresAt
     }
 
     enum CodingKeys: String, CodingKey {
-        case url, expiry
+        case url, headers, parts
+        case partSize = "part_size"
         case expiresAt = "expires_at"
+    }
+}
+
+/// `POST …/upload/parts`: presigned URLs for some parts of a direct upload.
+public struct UploadPartsRequest: Codable, Sendable, Equatable {
+    /// The start answer (as complete takes it).
+    public var upload: StartUploadResponse
+    /// Part numbers, from 1 (at most 1000 a request).
+    public var numbers: [Int]
+
+    public init(upload: StartUploadResponse, numbers: [Int]) {
+        self.upload = upload
+        self.numbers = numbers
+    }
+}
+
+public struct UploadPartsResponse: Codable, Sendable, Equatable {
+    public struct Part: Codable, Sendable, Equatable {
+        public var number: Int
+        /// Where to `PUT` the part (absent in `stored`).
+        public var url: String?
+        public var size: Int64
+
+        public init(number: Int, url: String?, size: Int64) {
+            self.number = number
+            self.url = url
+            self.size = size
+        }
+    }
+
+    public var partSize: Int64
+    /// The URLs asked for.
+    public var parts: [Part]
+    /// The parts the store has already, whole (a resumed upload sends only the others).
+    public var stored: [Part]
+
+    public init(partSize: Int64, parts: [Part], stored: [Part]) {
+        self.partSize = partSize
+        self.parts = parts
+        self.stored = stored
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case parts, stored
+        case partSize = "part_size"
     }
 }
 

@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import CStowSystem
 import Foundation
 import Prometheus
 import HTTPTypes
@@ -31,7 +32,13 @@ public final class StowServer: Sendable {
     /// The certificate and key of an https server; nil for plain http.
     private let tlsConfiguration: TLSConfiguration?
 
+    /// Buffers of 1 MiB and more (an S3 part, 8 MiB) are mapped and given back when freed: glibc
+    /// would otherwise keep freed ones in its heap (its threshold grows with each freed mapping),
+    /// and a server's resident memory would only grow with the parts it sent.
+    static let mallocTuned: Bool = CStowSystem_fix_mmap_threshold(1 << 20) == 1
+
     public init(configuration: ServerConfiguration, logger: Logger = Logger(label: "stowd")) throws {
+        _ = Self.mallocTuned
         let dir = configuration.dataDirectory
         // Before the lock: a certificate that cannot serve is said before anything is opened.
         tlsConfiguration = try configuration.tls.map { files throws(ServerError) in try ServerTLS.configuration(files) }

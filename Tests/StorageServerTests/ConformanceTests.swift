@@ -105,7 +105,12 @@ struct ConformanceTests {
             #expect(r.size == 10_000)
             #expect(try await Self.get(base, "flaky") == payload)
             #expect(faulty.calls(of: .send) == 3)
-            #expect(faulty.calls(of: .uploadedBytes) == 2)
+            if backend == .server && TestBackend.isS3 {
+                // Straight to the store, whole: a dropped PUT stores nothing and goes again whole.
+                #expect(faulty.calls(of: .uploadedBytes) == 0)
+            } else {
+                #expect(faulty.calls(of: .uploadedBytes) == 2)
+            }
         }
     }
 

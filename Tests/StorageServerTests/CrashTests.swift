@@ -98,7 +98,8 @@ struct CrashTests {
         // Every file whose complete answered is there, whole.
         for (p, sha) in expected {
             let record = try await client.record(ns, path(p))
-            #expect(record.sha256 == sha, "\(p)")
+            // Sent straight to the store (S3), a file's record has no SHA-256 unless one was declared; its bytes are checked below.
+            #expect(record.sha256 == sha || (TestBackend.isS3 && record.sha256 == nil), "\(p)")
             let url = try await client.signedURLs(ns, [path(p)], expiry: 60)[0].signedUrl
             #expect(Self.digest(Array(try await client.read(url: url, range: nil, ifMatch: nil).bytes.readableBytesView)) == sha, "\(p)")
         }
@@ -111,7 +112,9 @@ struct CrashTests {
         let streamFiles = try await client.listAll(ns, folder: path("stream"))
         for f in streamFiles {
             let i = UInt64(f.fileName)!
-            #expect(f.sha256 == Self.digest(randomBytes(4096, seed: 1000 + i)), "stream/\(i)")
+            #expect(f.sha256 == Self.digest(randomBytes(4096, seed: 1000 + i)) || (TestBackend.isS3 && f.sha256 == nil), "stream/\(i)")
+            let url = try await client.signedURLs(ns, [path("stream/\(f.fileName)")], expiry: 60)[0].signedUrl
+            #expect(Array(try await client.read(url: url, range: nil, ifMatch: nil).bytes.readableBytesView) == randomBytes(4096, seed: 1000 + i))
         }
         #expect(streamFiles.count >= streamed.count)
         // Upload sessions survived: those whose bytes had arrived complete now.

@@ -10,6 +10,12 @@
 /// fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length)
 int CStowSystem_punch_hole(int fd, off_t offset, off_t length);
 
+/// Fixes glibc's mmap threshold (allocations of `bytes` or more are mapped, and unmapped when
+/// freed) instead of letting it grow with freed blocks: a server that allocates buffers of many
+/// MiB (S3 parts) otherwise keeps freed ones in its heap, and its resident memory only grows.
+/// Returns 1 on success (0 where malloc is not glibc's).
+int CStowSystem_fix_mmap_threshold(int bytes);
+
 /// Where the data of `fd` ends: the end of its last data region (SEEK_DATA / SEEK_HOLE), so a
 /// file whose tail is a hole (extended by truncate) reports less than its size. -1 with errno
 /// on failure; the size where the filesystem does not report holes.

@@ -18,6 +18,7 @@ extension StowService {
         }
         if config.uploadExtensions { router.post("\(v2)/direct") { req, ctx in try await self.direct(req, ctx) } }
         router.post("\(v2)/renew") { req, ctx in try await self.renew(req, ctx) }
+        router.post("\(v2)/parts") { req, ctx in try await self.parts(req, ctx) }
         let link = "/storage/uploads/:id"
         router.put(RouterPath(link)) { req, ctx in try await self.storageLink(req, ctx) }
         router.patch(RouterPath(link)) { req, ctx in try await self.storageLink(req, ctx) }
@@ -36,7 +37,44 @@ extension StowService {
                 ns: ns, path: path, size: body.size, contentType: body.contentType, tags: body.tags, params: body.params ?? UploadParams(),
                 autoComplete: false, deferLength: body.deferLength, allowDefer: true))
         let base = baseURL(request)
-        return json(startResponse(upload, base: base))
+        return json(try await withDirect(startResponse(upload, base: base), upload))
+    }
+
+    /// A start answer with the way straight to the object store, where there is one: a file sent
+    /// whole or in parts by the client, not through this server (not for deferred lengths, nor a
+    /// declared tail of zeros, which go through the storage link).
+    func withDirect(_ response: StartUploadResponse, _ upload: UploadRecord) async throws -> StartUploadResponse {
+        guard !upload.isDeferred, upload.params.zerosFrom == nil, upload.size > 0, !upload.autoComplete else { return response }
+        var r = response
+        let lifetime = max(60, Int(upload.expiresAt - Timestamp.nowSeconds()))
+        r.upload.direct = try await blobs.directUpload(upload.id, size: upload.size, sha256: upload.params.sha256, expiresIn: lifetime)
+        return r
+    }
+
+    /// Presigned URLs of parts of a direct upload, and the parts the store has (to resume).
+    func parts(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        let ns = try namespace(context)
+        try authorize(request, ns.name, .write)
+        let body = try await decode(UploadPartsRequest.self, from: request)
+        guard body.numbers.count <= 1000 else { throw APIError.badRequest("at most 1000 part numbers a request") }
+        guard let id = Self.uploadID(fromLink: body.upload.upload.url) else {
+            throw APIError.badRequest("`upload.upload.url` is not a storage link of this server")
+        }
+        guard let upload = try await store.upload(id: id), upload.namespace == ns else {
+            throw APIError.notFound("no upload \(id) in namespace `\(ns)` (it may have expired)")
+        }
+        guard upload.state == .open else { throw APIError.conflict(.conflict, "this upload has completed already") }
+        guard !upload.isDeferred, upload.params.zerosFrom == nil else {
+            throw APIError.badRequest("this upload goes through its storage link (a deferred length or a declared tail of zeros)")
+        }
+        // Bytes sent straight to the store do not pass here: asking for parts is the upload's
+        // progress, and keeps its session alive (the collector would take it otherwise).
+        try await store.extendUpload(id: id, until: Timestamp.nowSeconds() + config.uploadLinkLifetime)
+        let lifetime = Int(config.uploadLinkLifetime)
+        guard let answer = try await blobs.directParts(id, size: upload.size, numbers: body.numbers, expiresIn: lifetime) else {
+            throw APIError.notFound("this server takes bytes through its storage links only (its files are not in an object store)")
+        }
+        return json(answer)
     }
 
     /// start, PUT and complete in one request, for small files: the declaration (start's JSON
@@ -264,7 +302,7 @@ extension StowService {
             try await store.extendUpload(id: id, until: Timestamp.nowSeconds() + config.uploadLinkLifetime)
             return try await store.upload(id: id) ?? upload
         }
-        return json(startResponse(renewed, base: baseURL(request)))
+        return json(try await withDirect(startResponse(renewed, base: baseURL(request)), renewed))
     }
 
     /// Publishes an upload whose bytes have all arrived; idempotent once it succeeded.
@@ -310,9 +348,11 @@ extension StowService {
                 have = upload.size
             } else if let d = activeUploads.digest(upload.id, bytes: have) {
                 digest = d
-            } else if received == nil || blobs.hashesStagedBytesCheaply {
+            } else if blobs.hashesStagedBytesCheaply {
                 digest = try await blobs.sha256(ofStaged: upload.id)
             } else {
+                // Parts of a multipart upload, or a blob sent whole straight to the store: read
+                // back (once published) only to check a declared SHA-256.
                 hashAfterPublish = upload.params.sha256 != nil
             }
             if let digest { try verify(digest, of: upload) } else if upload.params.sha256 != nil && !hashAfterPublish {

@@ -1,4 +1,5 @@
 public import NIOCore
+public import StorageProtocol
 
 /// Where file contents live: immutable blobs by id, and staging files for uploads in progress.
 ///
@@ -52,6 +53,13 @@ public protocol BlobStore: Sendable {
     /// Removes uploads in progress the store holds that no record names, left long enough ago
     /// (a server stopped between beginning one and recording it). Returns how many went.
     func abortAbandonedUploads() async throws -> Int
+    /// How a client may send an upload of `size` bytes straight to the store (presigned URLs
+    /// valid `expiresIn` seconds); nil when the store takes bytes only through the server.
+    /// `sha256` (hex, declared): the store checks the whole-file PUT against it.
+    func directUpload(_ id: String, size: Int64, sha256: String?, expiresIn: Int) async throws -> DirectUpload?
+    /// Presigned URLs of these parts of a direct upload (its multipart upload begun if needed),
+    /// and the parts the store has already; nil when the store takes no direct uploads.
+    func directParts(_ id: String, size: Int64, numbers: [Int], expiresIn: Int) async throws -> UploadPartsResponse?
 }
 
 extension BlobStore {
@@ -67,6 +75,8 @@ extension BlobStore {
     }
     public var hashesStagedBytesCheaply: Bool { true }
     public func abortAbandonedUploads() async throws -> Int { 0 }
+    public func directUpload(_ id: String, size: Int64, sha256: String?, expiresIn: Int) async throws -> DirectUpload? { nil }
+    public func directParts(_ id: String, size: Int64, numbers: [Int], expiresIn: Int) async throws -> UploadPartsResponse? { nil }
 }
 
 /// Writes one upload's staging file, sequentially, buffering about a MiB at a time.

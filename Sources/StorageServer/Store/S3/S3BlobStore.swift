@@ -1,7 +1,7 @@
 import Crypto
 public import Foundation
 public import NIOCore
-import StorageProtocol
+public import StorageProtocol
 
 /// Blobs as objects of an S3-compatible bucket (`<prefix>/blobs/<id>`), and uploads in progress
 /// staged in the bucket too, so that any replica can continue an upload another one began.
@@ -59,8 +59,84 @@ public final class S3BlobStore: BlobStore {
     // MARK: staging (in the bucket)
 
     public func stagedSize(_ id: String) async throws -> Int64? {
-        if let state = try await ledger.stagingState(id) { return state.offset }
+        if let state = try await ledger.stagingState(id) {
+            guard state.parts.isEmpty && state.tailSize == 0 else { return state.offset }
+            // Nothing came through the server: the parts sent straight to the store, if any.
+            let parts = try await directlyStoredParts(state)
+            if parts.isEmpty, try await blobSize(id) != nil { return nil }  // sent whole to the blob's key
+            return parts.reduce(0) { $0 + $1.size }
+        }
         return try await staging.stagedSize(id)
+    }
+
+    // MARK: straight to the store
+
+    /// The largest object one PUT may make (S3's limit).
+    static let largestPut: Int64 = 5 << 30
+
+    public func directUpload(_ id: String, size: Int64, sha256: String?, expiresIn: Int) async throws -> DirectUpload? {
+        let part = partSize(forUploadOf: size)
+        var url: String?
+        var headers: [(String, String)] = []
+        if size <= Self.largestPut {
+            // A declared SHA-256 signed into the URL: the store refuses a body that does not match.
+            if let sha256, let digest = Self.bytes(hex: sha256) { headers = [("x-amz-checksum-sha256", Data(digest).base64EncodedString())] }
+            url = client.presign("PUT", key: blobKey(id), headers: headers, expires: expiresIn)
+        }
+        return DirectUpload(
+            url: url, headers: headers.isEmpty ? nil : Dictionary(headers, uniquingKeysWith: { $1 }), partSize: part,
+            parts: Int((size + part - 1) / part), expiresAt: Timestamp.nowSeconds() + Int64(expiresIn))
+    }
+
+    public func directParts(_ id: String, size: Int64, numbers: [Int], expiresIn: Int) async throws -> UploadPartsResponse? {
+        let state = try await stagingFor(id, expecting: size)
+        guard state.parts.isEmpty && state.tailSize == 0 else {
+            throw BlobStoreError.conflict("this upload is being sent through the server's storage link; go on there")
+        }
+        let count = Int((size + state.partSize - 1) / state.partSize)
+        let key = blobKey(id)
+        let urls = numbers.filter { $0 >= 1 && $0 <= count }.map { n in
+            UploadPartsResponse.Part(
+                number: n, url: client.presign("PUT", key: key, query: [("partNumber", String(n)), ("uploadId", state.s3UploadID)], expires: expiresIn),
+                size: min(state.partSize, size - Int64(n - 1) * state.partSize))
+        }
+        let stored = try await listedParts(state).values.sorted { $0.number < $1.number }
+        return UploadPartsResponse(partSize: state.partSize, parts: urls, stored: stored.map { .init(number: $0.number, url: nil, size: $0.size) })
+    }
+
+    /// Every part of a direct upload the store holds, by number (a part sent twice: the last).
+    func listedParts(_ state: StagingState) async throws -> [Int: StagedPart] {
+        var latest: [Int: StagedPart] = [:]
+        for p in try await client.listParts(blobKey(state.uploadID), uploadID: state.s3UploadID) {
+            latest[p.number] = StagedPart(number: p.number, size: p.size, etag: p.etag)
+        }
+        return latest
+    }
+
+    /// The parts of a direct upload the store holds, contiguous from 1 (each the size its place
+    /// calls for: a full part, or the last one's rest).
+    func directlyStoredParts(_ state: StagingState) async throws -> [StagedPart] {
+        let latest = try await listedParts(state)
+        var parts: [StagedPart] = []
+        var n = 1
+        while let p = latest[n] {
+            parts.append(p)
+            // Only the last part may be short.
+            if p.size < state.partSize { break }
+            n += 1
+        }
+        return parts
+    }
+
+    static func bytes(hex: String) -> [UInt8]? {
+        let chars = Array(hex.utf8)
+        guard chars.count % 2 == 0 else { return nil }
+        var out: [UInt8] = []
+        for i in stride(from: 0, to: chars.count, by: 2) {
+            guard let b = UInt8(String(decoding: chars[i..<(i + 2)], as: UTF8.self), radix: 16) else { return nil }
+            out.append(b)
+        }
+        return out
     }
 
     public func openStaged(_ id: String, at offset: Int64, expecting: Int64?) async throws -> any StagedWriter {
@@ -151,6 +227,10 @@ public final class S3BlobStore: BlobStore {
     func publishStaged(_ state: StagingState) async throws {
         let key = blobKey(state.uploadID)
         var parts = state.parts
+        if parts.isEmpty && state.tailSize == 0 {
+            // A direct upload: its parts were sent straight to the store.
+            parts = try await directlyStoredParts(state)
+        }
         var tail = ByteBuffer()
         if let tailKey = state.tailKey, state.tailSize > 0 {
             tail.reserveCapacity(Int(state.tailSize))
@@ -173,7 +253,7 @@ public final class S3BlobStore: BlobStore {
                 try await client.completeMultipartUpload(key, uploadID: state.s3UploadID, parts: parts.map { ($0.number, $0.etag) })
             } catch {
                 // A publish retried after it completed once (a crash before the record): the blob is there.
-                guard try await client.headObject(key) == state.offset else { throw error }
+                guard try await client.headObject(key) == parts.reduce(0, { $0 + $1.size }) else { throw error }
             }
         }
         for (k, _) in (try? await client.listKeys(prefix: stagingPrefix(state.uploadID))) ?? [] { try? await client.deleteObject(k) }

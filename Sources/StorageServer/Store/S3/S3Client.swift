@@ -180,6 +180,33 @@ struct S3Client: Sendable {
         return uploads
     }
 
+    /// The parts a multipart upload holds: number, size, ETag, in the store's order (page by
+    /// page). A part sent twice may be listed twice (SeaweedFS keeps both): the last one counts.
+    func listParts(_ key: String, uploadID: String) async throws -> [(number: Int, size: Int64, etag: String)] {
+        var parts: [(number: Int, size: Int64, etag: String)] = []
+        var marker: String?
+        repeat {
+            var query = [("uploadId", uploadID), ("max-parts", "1000")]
+            if let marker { query.append(("part-number-marker", marker)) }
+            let answer = try await call("GET", key: key, query: query, expect: [200])
+            let xml = String(buffer: answer.body)
+            for entry in XMLScan.values(of: "Part", in: xml) {
+                guard let n = XMLScan.values(of: "PartNumber", in: entry).first.flatMap({ Int($0) }),
+                    let size = XMLScan.values(of: "Size", in: entry).first.flatMap({ Int64($0) }),
+                    let etag = XMLScan.values(of: "ETag", in: entry).first
+                else { continue }
+                parts.append((n, size, etag))
+            }
+            marker = XMLScan.values(of: "IsTruncated", in: xml).first == "true" ? XMLScan.values(of: "NextPartNumberMarker", in: xml).first : nil
+        } while marker != nil
+        return parts
+    }
+
+    /// A presigned URL for one request on `key` (a client's PUT of a blob or of a part).
+    func presign(_ method: String, key: String, query: [(String, String)] = [], headers: [(String, String)] = [], expires: Int) -> String {
+        signer.presignedURL(method: method, endpoint: location.endpoint, path: path(key), query: query, headers: headers, expires: expires, now: Date())
+    }
+
     func abortMultipartUpload(_ key: String, uploadID: String) async throws {
         _ = try await call("DELETE", key: key, query: [("uploadId", uploadID)], expect: [204, 200, 404])
     }
@@ -293,10 +320,43 @@ enum XMLScan {
         return out
     }
 
+    /// The five named entities, and numeric ones (`&#34;`, `&#x22;`: SeaweedFS writes ETags' quotes so).
     static func unescape(_ s: String) -> String {
         guard s.contains("&") else { return s }
-        return s.replacingOccurrences(of: "&quot;", with: "\"").replacingOccurrences(of: "&apos;", with: "'").replacingOccurrences(of: "&lt;", with: "<")
-            .replacingOccurrences(of: "&gt;", with: ">").replacingOccurrences(of: "&amp;", with: "&")
+        var out = ""
+        var rest = s[...]
+        while let amp = rest.firstIndex(of: "&") {
+            out += rest[..<amp]
+            let after = rest[amp...]
+            guard let semi = after.firstIndex(of: ";"), after.distance(from: after.startIndex, to: semi) <= 10 else {
+                out += "&"
+                rest = rest[rest.index(after: amp)...]
+                continue
+            }
+            let name = after[after.index(after: after.startIndex)..<semi]
+            var decoded: String?
+            switch name {
+            case "quot": decoded = "\""
+            case "apos": decoded = "'"
+            case "lt": decoded = "<"
+            case "gt": decoded = ">"
+            case "amp": decoded = "&"
+            default:
+                if name.hasPrefix("#x") || name.hasPrefix("#X") {
+                    decoded = UInt32(name.dropFirst(2), radix: 16).flatMap(Unicode.Scalar.init).map { String($0) }
+                } else if name.hasPrefix("#") {
+                    decoded = UInt32(name.dropFirst(1)).flatMap(Unicode.Scalar.init).map { String($0) }
+                }
+            }
+            if let decoded {
+                out += decoded
+                rest = rest[rest.index(after: semi)...]
+            } else {
+                out += "&"
+                rest = rest[rest.index(after: amp)...]
+            }
+        }
+        return out + rest
     }
 
     static func escape(_ s: String) -> String {

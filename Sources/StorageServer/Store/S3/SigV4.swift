@@ -105,17 +105,22 @@ public struct SigV4: Sendable {
     /// - Parameters:
     ///   - path: the object's path on the endpoint (path-style: `/bucket/key`), not yet encoded.
     ///   - query: extra query items (`partNumber`, `uploadId` for a multipart part).
-    public func presignedURL(method: String, endpoint: String, path: String, query: [(String, String)] = [], expires: Int, now: Date) -> String {
+    ///   - headers: headers the request must then carry, signed too (lower-case names), e.g.
+    ///     `x-amz-checksum-sha256`, which makes the store check the body against it.
+    public func presignedURL(
+        method: String, endpoint: String, path: String, query: [(String, String)] = [], headers: [(String, String)] = [], expires: Int, now: Date
+    ) -> String {
         let base = URL(string: endpoint)!
         let (time, day) = Self.stamps(now)
         let encodedPath = Self.encode(path, keepSlash: true)
+        let signedHeaders = ([("host", Self.hostHeader(base))] + headers).sorted { $0.0 < $1.0 }
         var items = query + [
             ("X-Amz-Algorithm", Self.algorithm), ("X-Amz-Credential", "\(accessKey)/\(scope(day: day))"), ("X-Amz-Date", time),
-            ("X-Amz-Expires", String(expires)), ("X-Amz-SignedHeaders", "host"),
+            ("X-Amz-Expires", String(expires)), ("X-Amz-SignedHeaders", signedHeaders.map(\.0).joined(separator: ";")),
         ]
         if let sessionToken { items.append(("X-Amz-Security-Token", sessionToken)) }
         let (sig, _) = signature(
-            method: method, encodedPath: encodedPath, query: items, headers: [("host", Self.hostHeader(base))], payloadHash: Self.unsignedPayload,
+            method: method, encodedPath: encodedPath, query: items, headers: signedHeaders, payloadHash: Self.unsignedPayload,
             time: time, day: day)
         let root = endpoint.hasSuffix("/") ? String(endpoint.dropLast()) : endpoint
         return root + encodedPath + "?" + Self.canonicalQuery(items) + "&X-Amz-Signature=" + sig
