@@ -55,6 +55,13 @@ step "preparing trees of small files from /usr/share/doc"
 (cd /usr/share/doc && sed -n 301,600p "$work/files" | tar -cf - -T - | tar -xf - -C "$src/b")
 (cd /usr/share/doc && find . -type f -size +64k -size -1024k -readable | LC_ALL=C sort) > "$work/files-c"
 (cd /usr/share/doc && head -30 "$work/files-c" | tar -cf - -T - | tar -xf - -C "$src/c")
+# A fourth tree of large files: one copied with cp (written from empty by appends: streamed to the
+# server while it is written, through the replicas' storage links into S3 parts), and one changed
+# in place after it was stored (sent again from its local copy, straight to the store in parts).
+head -c $((40 << 20)) /dev/urandom > "$src/d.stream"
+head -c $((27 << 20)) /dev/urandom > "$src/d.edited"
+mkdir -p "$src/d"
+cp "$src/d.stream" "$src/d/stream.bin"
 for t in a b c; do
     echo "   $t: $(find "$src/$t" -type f | wc -l) files, $(du -sk --apparent-size "$src/$t" | cut -f1) KiB"
 done
@@ -75,9 +82,17 @@ step "stowfs sync"
 step "kill -9 of replica 2"
 "$cluster" kill-replica 2 --dir "$cdir"
 
-step "cp -r trees b and c (replica 2 is dead)"
+step "cp -r trees b and c, and large files (replica 2 is dead)"
 cp -r "$src/b" "$mnt/b"
 cp -r "$src/c" "$mnt/c"
+mkdir "$mnt/d"
+cp "$src/d.stream" "$mnt/d/stream.bin"
+cp "$src/d.edited" "$mnt/d/edited.bin"
+"$bin/stowfs" sync "$mnt" || fail "stowfs sync after the large files"
+# Overwrite 1 MiB in the middle, in place: the file is sent again whole, in parts, straight to S3.
+dd if=/dev/urandom of="$src/d.edited" bs=1M seek=13 count=1 conv=notrunc status=none
+dd if="$src/d.edited" of="$mnt/d/edited.bin" bs=1M skip=13 seek=13 count=1 conv=notrunc status=none
+cp "$src/d.edited" "$src/d/edited.bin"
 step "stowfs sync"
 "$bin/stowfs" sync "$mnt" || { "$bin/stowfs" status "$mnt" >&2 || true; fail "stowfs sync after tree b"; }
 
@@ -87,9 +102,9 @@ mounted && fail "$mnt is still mounted after stowfs unmount"
 
 step "mount again with an empty cache"
 "$bin/stowfs" mount smoke "$mnt" --endpoint "$endpoint" --token-file "$cdir/token" --cache-dir "$work/cache2"
-step "diff -r of the three trees"
-for t in a b c; do diff -r "$src/$t" "$mnt/$t" || fail "tree $t differs"; done
-echo "   the three trees are identical to their sources"
+step "diff -r of the four trees"
+for t in a b c d; do diff -r "$src/$t" "$mnt/$t" || fail "tree $t differs"; done
+echo "   the four trees are identical to their sources"
 step "stowfs unmount"
 "$bin/stowfs" unmount "$mnt"
 
