@@ -200,7 +200,14 @@ public final class HTTPObjectStore: ObjectStore {
     }
 
     public func makeFolder(_ ns: Namespace, _ path: StoragePath, _ request: FolderRequest) async throws -> FileRecord {
-        try decode(FileRecord.self, try await execute(makeRequest(.PUT, url(Routes.folder(ns, path)), body: Self.json(request))))
+        var attempt = 0
+        let answer = try await execute({ attempt += 1; return makeRequest(.PUT, url(Routes.folder(ns, path)), body: Self.json(request)) }())
+        // A retry of a mkdir whose first answer was lost (a server that died answering) finds the
+        // folder it made: that is success.
+        if answer.status == 409, attempt > 1, request.existOk == false, let made = try? await record(ns, path), made.kind == .directory {
+            return made
+        }
+        return try decode(FileRecord.self, answer)
     }
 
     public func removeFolder(_ ns: Namespace, _ path: StoragePath) async throws {

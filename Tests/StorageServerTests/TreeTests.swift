@@ -268,4 +268,25 @@ struct TreeTests {
             #expect(dup?.kind == .exists)
         }
     }
+
+    @Test("a mkdir carried out whose answer was lost is tried again, and the folder it made is the answer (not EEXIST)")
+    func mkdirAnswerLost() async throws {
+        try await withServer { s in
+            let proxy = try AnswerLosingProxy(target: s.url)
+            defer { proxy.stop() }
+            let client = HTTPObjectStore(configuration: {
+                var c = HTTPObjectStore.Configuration(endpoint: proxy.url, token: TestServer.adminToken)
+                c.retry = RetryPolicy(attempts: 3, baseDelay: .milliseconds(20))
+                return c
+            }())
+            proxy.loseAnswers(1, of: "PUT /service/application/assets/v1.0/namespaces/test/folders/lost")
+            let made = await Result { try await client.makeFolder(testNamespace, path("lost"), FolderRequest(existOk: false)) }
+            try? await client.shutdown()
+            #expect(proxy.lost.load(ordering: .relaxed) == 1)
+            #expect(try made.get().kind == .directory)
+            // A folder that was there before is still EEXIST.
+            let again = await #expect(throws: StorageError.self) { _ = try await s.admin.makeFolder(testNamespace, path("lost"), FolderRequest(existOk: false)) }
+            #expect(again?.kind == .exists)
+        }
+    }
 }
