@@ -10,7 +10,17 @@ enum RawSocket {
 
     /// Connects to `url`'s host and port, sends `request`, optionally closes the sending side,
     /// and returns what the server answered within `timeout` (until it closes, or the time is up).
-    static func exchange(_ url: String, _ request: [UInt8], closeAfterSending: Bool = false, timeout: Duration = .seconds(5)) throws -> [UInt8] {
+    /// The blocking socket calls run on a thread of their own: on the cooperative pool (two threads
+    /// on two cores) a few of them at once would starve the in-process servers they wait for.
+    static func exchange(_ url: String, _ request: [UInt8], closeAfterSending: Bool = false, timeout: Duration = .seconds(5)) async throws -> [UInt8] {
+        try await withCheckedThrowingContinuation { continuation in
+            Thread.detachNewThread {
+                continuation.resume(with: Result { try exchangeBlocking(url, request, closeAfterSending: closeAfterSending, timeout: timeout) })
+            }
+        }
+    }
+
+    static func exchangeBlocking(_ url: String, _ request: [UInt8], closeAfterSending: Bool, timeout: Duration) throws -> [UInt8] {
         guard let u = URL(string: url), let host = u.host, let port = u.port else { throw Failure(description: "not a URL: \(url)") }
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw Failure(description: "socket: \(errno)") }

@@ -497,9 +497,11 @@ extension StowService {
                 throw APIError(.conflict, .offsetMismatch, "Upload-Offset is \(offset) but the server has \(current) bytes; resume from \(current)")
             }
             let limit = upload.limit(config.maxUploadSize)
-            if request.method == .patch, let declared = HTTPNumber.nonNegative(request.headers[.contentLength]),
+            // A declared body that would take the upload past its size (or past the largest upload,
+            // for one of deferred length) is refused before any of it is read, whatever the method.
+            if let declared = HTTPNumber.nonNegative(request.headers[.contentLength]),
                 HTTPNumber.sum(offset, declared).map({ $0 > limit }) ?? true {
-                throw APIError(.contentTooLarge, .payloadTooLarge, "this chunk would take the upload past its \(limit) bytes")
+                throw APIError(.contentTooLarge, .payloadTooLarge, "this body would take the upload past its \(limit) bytes")
             }
             let expected = HTTPNumber.nonNegative(request.headers[.contentLength]) ?? (upload.isDeferred || offset > upload.sentSize ? nil : upload.sentSize - offset)
             var writer = try await blobs.openStaged(upload.id, at: offset, expecting: expected)

@@ -53,8 +53,12 @@ public final class S3BlobStore: BlobStore {
     func partSize(forUploadOf size: Int64?) -> Int64 {
         guard let size, size > partSize * Int64(Self.maxParts) else { return partSize }
         let mib: Int64 = 1 << 20
-        return (size / Int64(Self.maxParts) + mib) / mib * mib
+        // S3's largest part is 5 GiB (a file past 48 TiB cannot be stored: its last part is refused).
+        return min(Self.largestPart, (size / Int64(Self.maxParts) + mib) / mib * mib)
     }
+
+    /// The largest part S3 takes.
+    static let largestPart: Int64 = 5 << 30
 
     // MARK: staging (in the bucket)
 
@@ -359,8 +363,9 @@ struct S3StagedWriter: StagedWriter {
     static func open(_ store: S3BlobStore, _ state: StagingState, at offset: Int64, allowCut: Bool = false) async throws -> S3StagedWriter {
         let full = Int64(state.parts.count) * state.partSize
         let keep: Int
-        // One part's room from the start: growing by doubling would hold 1.5 parts at a time.
-        var buffer = ByteBufferAllocator().buffer(capacity: Int(state.partSize))
+        // One part's room from the start (growing by doubling would hold 1.5 parts at a time), up
+        // to 8 MiB: the larger parts of a huge upload grow as their bytes come, not on a promise.
+        var buffer = ByteBufferAllocator().buffer(capacity: Int(min(state.partSize, 8 << 20)))
         if offset == 0 {
             keep = 0
         } else if offset == state.offset || (allowCut && offset >= full && offset < state.offset) {
