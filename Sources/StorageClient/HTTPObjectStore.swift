@@ -44,6 +44,9 @@ public final class HTTPObjectStore: ObjectStore {
     /// StowFS's own upload routes (`direct`, `batch`) the server turned out not to have (an older
     /// stowd): from then on their work goes the standard way.
     let missingRoutes = Mutex<Set<String>>([])
+    /// Where the server redirected signed URLs: presigned GETs of an object store, by version
+    /// (`HTTPObjectStore+DirectReads`).
+    let directTargets = Mutex(DirectTargets())
 
     public init(configuration: Configuration) {
         self.configuration = configuration
@@ -481,11 +484,22 @@ public final class HTTPObjectStore: ObjectStore {
 
     public func read(url: String, range: Range<Int64>?, ifMatch: String?) async throws -> ReadResult {
         if let range, range.isEmpty { return ReadResult(bytes: ByteBuffer(), etag: nil, totalSize: nil) }
-        let headers = Self.readHeaders(range, ifMatch: ifMatch)
         let limit = range.map { Int($0.count) + 1024 } ?? (1 << 30)
-        let answer = try await execute(makeRequest(.GET, url, headers: headers, authorized: false), maxBody: limit, timeout: .seconds(600))
+        var etag: String?
+        let answer = try await configuration.retry.run { () async throws -> Answer in
+            let followed = try await getFollowingRedirect(url, range: range, ifMatch: ifMatch, timeout: .seconds(600))
+            etag = followed.etag
+            let body: ByteBuffer
+            do {
+                body = try await followed.response.body.collect(upTo: limit)
+            } catch {
+                throw transportError(error)
+            }
+            let answer = Answer(status: Int(followed.response.status.code), headers: followed.response.headers, body: body)
+            if answer.status >= 500 || answer.status == 429 || answer.status == 408 { throw failure(answer) }
+            return answer
+        }
         guard answer.status == 200 || answer.status == 206 else { throw error(for: answer) }
-        let etag = answer.headers.first(name: "ETag").map { $0.trimmingCharacters(in: CharacterSet(charactersIn: "\"")) }
         var total: Int64?
         if let cr = answer.headers.first(name: "Content-Range"), let slash = cr.lastIndex(of: "/") {
             total = HTTPNumber.nonNegative(cr[cr.index(after: slash)...])
@@ -515,13 +529,12 @@ public final class HTTPObjectStore: ObjectStore {
     /// transient failures only while nothing was handed over.
     public func read(url: String, range: Range<Int64>, ifMatch: String?, consume: (ByteBuffer) throws -> Void) async throws -> Int64 {
         guard !range.isEmpty else { return 0 }
-        let headers = Self.readHeaders(range, ifMatch: ifMatch)
         let policy = configuration.retry
         var attempt = 1
         while true {
             var delivered: Int64 = 0
             do {
-                try await stream(makeRequest(.GET, url, headers: headers, authorized: false), range: range, delivered: &delivered, consume: consume)
+                try await stream(url, range: range, ifMatch: ifMatch, delivered: &delivered, consume: consume)
                 return delivered
             } catch let e as StorageError where e.isTransient && delivered == 0 && attempt < policy.attempts {
                 try await policy.sleep(policy.delay(after: attempt))
@@ -530,13 +543,8 @@ public final class HTTPObjectStore: ObjectStore {
         }
     }
 
-    func stream(_ request: HTTPClientRequest, range: Range<Int64>, delivered: inout Int64, consume: (ByteBuffer) throws -> Void) async throws {
-        let response: HTTPClientResponse
-        do {
-            response = try await client.execute(request, timeout: .minutes(10))
-        } catch {
-            throw transportError(error)
-        }
+    func stream(_ url: String, range: Range<Int64>, ifMatch: String?, delivered: inout Int64, consume: (ByteBuffer) throws -> Void) async throws {
+        let response = try await getFollowingRedirect(url, range: range, ifMatch: ifMatch, timeout: .minutes(10)).response
         let status = Int(response.status.code)
         guard status == 200 || status == 206 else {
             let body = (try? await response.body.collect(upTo: 1 << 20)) ?? ByteBuffer()
@@ -580,13 +588,7 @@ public final class HTTPObjectStore: ObjectStore {
 
     /// Streams a whole file by signed URL into a local file, with progress.
     public func download(url: String, to path: String, progress: ProgressHandler? = nil) async throws -> Int64 {
-        let request = makeRequest(.GET, url, authorized: false)
-        let response: HTTPClientResponse
-        do {
-            response = try await client.execute(request, timeout: .hours(24))
-        } catch {
-            throw transportError(error)
-        }
+        let response = try await getFollowingRedirect(url, range: nil, ifMatch: nil, timeout: .hours(24)).response
         guard response.status == .ok else {
             let body = try await response.body.collect(upTo: 1 << 20)
             throw StorageError.from(status: Int(response.status.code), body: decodeError(body))

@@ -31,6 +31,13 @@ public struct ServerConfiguration: Sendable {
     public var abandonedUploadGrace: Int64 = 600
     /// How long a superseded or deleted blob is kept for reads that already started, in seconds.
     public var blobGrace: Int64 = 600
+    /// With an object store: answer a download (`GET /cdn/…`) with the bytes themselves, through
+    /// the server, instead of a redirect to a presigned GET of the store (the default), for
+    /// clients that do not follow redirects or cannot reach the store.
+    public var proxyDownloads = false
+    /// How long the presigned GET a download is redirected to stays valid, in seconds: well within
+    /// `blobGrace`, so a blob superseded just after the redirect is still there for its lifetime.
+    public var directReadLifetime: Int { Int(max(1, min(300, blobGrace / 2))) }
     /// How often the garbage collector runs.
     public var gcInterval: Duration = .seconds(60)
     /// The largest upload accepted, in bytes.

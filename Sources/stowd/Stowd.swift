@@ -84,6 +84,9 @@ struct Stowd: AsyncParsableCommand {
     @Option(help: "The S3 region, for --object-store.")
     var s3Region: String = "us-east-1"
 
+    @Flag(help: "With --object-store, send downloads' bytes through stowd instead of redirecting clients to a presigned GET of the store (for clients that cannot reach the store or do not follow redirects).")
+    var proxyDownloads = false
+
     static func defaultDataDirectory() -> String {
         let env = ProcessInfo.processInfo.environment
         let base = env["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? ((env["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()) + "/.local/share")
@@ -158,6 +161,7 @@ struct Stowd: AsyncParsableCommand {
         config.copyAllowedHosts = copyAllowHost
         config.metricsAccess = ServerConfiguration.MetricsAccess(rawValue: metricsAccess) ?? .open
         config.objectStore = try s3Location()
+        config.proxyDownloads = proxyDownloads
         config.database = try databaseLocation()
         config.signingKeyFile = signingKeyFile
         let server = try StowServer(configuration: config, logger: logger)

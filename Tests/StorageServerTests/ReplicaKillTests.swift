@@ -58,7 +58,9 @@ struct ReplicaKillTests {
                     finished.mutate { $0["stream/\(i)"] = Self.digest(bytes) }
                 }
             }
-            try await Task.sleep(for: .milliseconds(400))
+            // Kill A once some uploads have completed through it (however loaded the machine is).
+            let waitStart = ContinuousClock.now
+            while finished.value.count < 8, ContinuousClock.now - waitStart < .seconds(120) { try await Task.sleep(for: .milliseconds(20)) }
             a.kill9()
             await running.value
         }

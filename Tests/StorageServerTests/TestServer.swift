@@ -141,16 +141,35 @@ final class RawHTTP: Sendable {
         var status: Int
         var headers: [(String, String)]
         var body: Data
+        /// The redirect followed to get this answer (a download from a server whose files are in
+        /// an object store: 307 to a presigned GET), if any: its status and headers.
+        var redirect: (status: Int, headers: [(String, String)])?
         func header(_ name: String) -> String? { headers.first { $0.0.lowercased() == name.lowercased() }?.1 }
+        /// The file's ETag, as the server gave it: in the redirect when there was one (the store's
+        /// own ETag is another).
+        var fileETag: String? {
+            redirect.flatMap { r in r.headers.first { $0.0.lowercased() == "etag" }?.1 } ?? header("ETag")
+        }
         var text: String { String(decoding: body, as: UTF8.self) }
         var error: ErrorBody? { try? JSONDecoder().decode(ErrorBody.self, from: body) }
         func json<T: Decodable>(_ type: T.Type) throws -> T { try JSONDecoder().decode(T.self, from: body) }
     }
 
-    /// `path` may be absolute (`http://…`) or relative to the server.
+    /// `path` may be absolute (`http://…`) or relative to the server. A GET answered with a
+    /// redirect to another host (the object store) is followed once, as browsers and `curl -L`
+    /// do: the same headers, but no token (`follow: false` returns the redirect itself).
     func send(
-        _ method: String, _ path: String, token: String? = TestServer.adminToken, headers: [(String, String)] = [], body: Data? = nil, chunked: Bool = false
+        _ method: String, _ path: String, token: String? = TestServer.adminToken, headers: [(String, String)] = [], body: Data? = nil, chunked: Bool = false,
+        follow: Bool = true
     ) async throws -> Answer {
+        let first = try await sendOnce(method, path, token: token, headers: headers, body: body, chunked: chunked)
+        guard follow, method == "GET", [301, 302, 303, 307, 308].contains(first.status), let location = first.header("Location") else { return first }
+        var followed = try await sendOnce("GET", location, token: nil, headers: headers, body: nil, chunked: false)
+        followed.redirect = (first.status, first.headers)
+        return followed
+    }
+
+    func sendOnce(_ method: String, _ path: String, token: String?, headers: [(String, String)], body: Data?, chunked: Bool) async throws -> Answer {
         var request = HTTPClientRequest(url: path.hasPrefix("http") ? path : base + path)
         request.method = .init(rawValue: method)
         if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }

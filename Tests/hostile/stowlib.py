@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import http.client
+import urllib.parse
 import json
 import os
 import select
@@ -85,6 +86,7 @@ class Resp:
     error: str | None = None
     method: str = "GET"
     note: str = ""  # what the case sent, for messages
+    redirected: "Resp | None" = None  # the redirect followed to get this answer (307 to the object store)
 
     def json(self):
         return json.loads(self.body)
@@ -450,11 +452,43 @@ class Stowd:
             conn.request(method, path, body=body, headers=h)
             r = conn.getresponse()
             data = r.read()
-            return Resp(r.status, {k.lower(): v for k, v in r.getheaders()}, data, method=method)
+            resp = Resp(r.status, {k.lower(): v for k, v in r.getheaders()}, data, method=method)
         except Exception as e:
             return Resp(None, error=repr(e), method=method)
         finally:
             conn.close()
+        return self.follow(resp, h, timeout)
+
+    def follow(self, resp: Resp, headers: dict, timeout: float) -> Resp:
+        """A GET redirected to another server (stowd on an object store sends downloads there: 307
+        to a presigned GET) is followed once, as browsers and `curl -L` do: the same headers, no token."""
+        location = resp.headers.get("location")
+        if resp.method != "GET" or resp.status not in (301, 302, 303, 307, 308) or not location:
+            return resp
+        u = urllib.parse.urlsplit(location)
+        if u.scheme != "http" or (u.hostname, u.port) == (self.host, self.port):
+            return resp
+        h = {k: v for k, v in headers.items() if k.lower() not in ("authorization", "host")}
+        conn = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=timeout)
+        try:
+            conn.request("GET", u.path + ("?" + u.query if u.query else ""), headers=h)
+            r = conn.getresponse()
+            data = r.read()
+            return Resp(r.status, {k.lower(): v for k, v in r.getheaders()}, data, method="GET", redirected=resp)
+        except Exception as e:
+            return Resp(None, error=f"following the redirect to {location}: {e!r}", method="GET", redirected=resp)
+        finally:
+            conn.close()
+
+    @staticmethod
+    def request_headers(data: bytes) -> dict:
+        """The headers of a request head given as bytes (for following its redirect)."""
+        out = {}
+        for line in data.split(b"\r\n\r\n", 1)[0].split(b"\r\n")[1:]:
+            if b":" in line:
+                k, v = line.split(b":", 1)
+                out[k.decode("latin-1").strip()] = v.decode("latin-1").strip()
+        return out
 
     def raw(self, data: bytes, body: Iterable[bytes] | bytes | None = None, *, then: str = "read",
             head_request: bool = False, timeout: float = 30, pause: float = 0.0) -> Resp:
@@ -464,6 +498,14 @@ class Stowd:
               "half_close" — after sending, shut down our write side, then read the answer;
               "close"      — after sending, close at once (no answer is read: a cut-off request).
         """
+        r = self._raw(data, body, then=then, head_request=head_request, timeout=timeout, pause=pause)
+        if r.status is not None and data.startswith(b"GET "):
+            r.method = "GET"
+            return self.follow(r, self.request_headers(data), timeout)
+        return r
+
+    def _raw(self, data: bytes, body: Iterable[bytes] | bytes | None = None, *, then: str = "read",
+             head_request: bool = False, timeout: float = 30, pause: float = 0.0) -> Resp:
         c = RawConnection(self.host, self.port, timeout=timeout)
         try:
             if not c.send_all(data):

@@ -42,8 +42,9 @@ actor CopyTasks {
 /// `POST /v1.0/uploads/copy`: fetch files from URLs into a namespace.
 ///
 /// Only hosts on the operator's allowlist (`--copy-allow-host`, empty by default) are fetched,
-/// redirects are never followed, and the whole request is refused before anything is fetched if
-/// any URL points elsewhere: the server must not become a way to reach internal addresses.
+/// a redirect is followed only to a host on it too (at most 3: a stowd whose files are in an
+/// object store redirects downloads there), and the whole request is refused before anything is
+/// fetched if any URL points elsewhere: the server must not become a way to reach internal addresses.
 extension StowService {
     func addCopyRoutes(to router: Router<BasicRequestContext>, http: HTTPClient) {
         router.post(RouterPath(Routes.copy)) { req, _ in try await self.copy(req, http: http) }
@@ -62,13 +63,9 @@ extension StowService {
         guard !body.urls.isEmpty, body.urls.count <= 100 else { throw APIError.badRequest("`urls` must hold 1 to 100 URLs") }
         var jobs: [(url: String, path: StoragePath)] = []
         for raw in body.urls {
-            guard let url = URL(string: raw), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", let host = url.host?.lowercased()
+            guard let url = URL(string: raw), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host != nil
             else { throw APIError.badRequest("`\(raw)` is not an http(s) URL") }
-            let hostPort = url.port.map { "\(host):\($0)" } ?? host
-            let allowed = config.copyAllowedHosts.map { $0.lowercased() }
-            guard allowed.contains(host) || allowed.contains(hostPort) else {
-                throw APIError.forbidden("copying from `\(hostPort)` is not allowed: the server only fetches from hosts on its allowlist (--copy-allow-host)")
-            }
+            if let refused = copyRefusal(url) { throw APIError.forbidden(refused) }
             var name = url.lastPathComponent
             if name.isEmpty || name == "/" { name = "index" }
             let target: String
@@ -126,13 +123,32 @@ extension StowService {
         return json(CopyResponse(trackingUrl: tracking, task: task), status: .accepted)
     }
 
+    /// Why the server may not fetch from `url`'s host (nil: it may): only hosts on the allowlist.
+    func copyRefusal(_ url: URL) -> String? {
+        guard let host = url.host?.lowercased() else { return "`\(url)` names no host" }
+        let hostPort = url.port.map { "\(host):\($0)" } ?? host
+        let allowed = config.copyAllowedHosts.map { $0.lowercased() }
+        guard allowed.contains(host) || allowed.contains(hostPort) else {
+            return "copying from `\(hostPort)` is not allowed: the server only fetches from hosts on its allowlist (--copy-allow-host)"
+        }
+        return nil
+    }
+
     /// Streams one URL into a new upload and publishes it.
     func fetch(_ url: String, into ns: Namespace, _ path: StoragePath, http: HTTPClient, base: String) async throws -> FileRecord {
         let id = Self.newID()
-        var request = HTTPClientRequest(url: url)
-        request.method = .GET
-        let response = try await http.execute(request, timeout: .seconds(300))
-        guard response.status == .ok else { throw APIError(.badGateway, .unavailable, "\(url) answered \(response.status.code)") }
+        var next = url
+        var response = try await http.execute(HTTPClientRequest(url: next), timeout: .seconds(300))
+        for _ in 0..<3 {
+            guard [301, 302, 303, 307, 308].contains(response.status.code), let location = response.headers.first(name: "location") else { break }
+            _ = try? await response.body.collect(upTo: 64 << 10)
+            guard let target = URL(string: location, relativeTo: URL(string: next)).map(\.absoluteURL), ["http", "https"].contains(target.scheme?.lowercased() ?? "")
+            else { throw APIError(.badGateway, .unavailable, "\(next) redirected to `\(location)`, which is not an http(s) URL") }
+            if let refused = copyRefusal(target) { throw APIError(.badGateway, .forbidden, "\(next) redirected elsewhere: \(refused)") }
+            next = target.absoluteString
+            response = try await http.execute(HTTPClientRequest(url: next), timeout: .seconds(300))
+        }
+        guard response.status == .ok else { throw APIError(.badGateway, .unavailable, "\(next) answered \(response.status.code)") }
         let contentType = response.headers.first(name: "content-type").flatMap { ContentTypes.isValid($0) ? $0 : nil }
         var writer = try await openStagedHashing(id, expecting: nil)
         do {

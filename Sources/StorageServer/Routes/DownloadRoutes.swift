@@ -67,6 +67,17 @@ extension StowService {
         headers[.contentLength] = String(length)
         if request.method == .head { return Response(status: status, headers: headers) }
         let source = try await locateBlob(blob, size: size)
+        if case .stored(let id) = source, size > 0, !config.proxyDownloads, Self.mayRedirect(request, range: status == .partialContent),
+            let direct = blobs.directRead(id, contentType: headers[.contentType] ?? ContentTypes.fallback, expiresIn: config.directReadLifetime)
+        {
+            // The bytes come straight from the object store: a presigned GET of this version's
+            // blob (immutable), which honours the same Range. The ETag, the checks above and the
+            // grant stay the server's; the redirect is good for `directReadLifetime` seconds.
+            metrics.directReads.increment()
+            return Response(
+                status: .temporaryRedirect,
+                headers: [.location: direct, .eTag: etag, .cacheControl: "private, max-age=\(config.directReadLifetime / 2)", .contentLength: "0"])
+        }
         let blobs = self.blobs, metrics = self.metrics, bytes = range
         return Response(
             status: status, headers: headers,
@@ -77,6 +88,37 @@ extension StowService {
                 }
                 try await writer.finish(nil)
             })
+    }
+
+    /// The header with which a client says it follows a redirect to the object store without
+    /// sending on `If-Match` (which the store would compare with an ETag of its own).
+    static let directReadHeader = HTTPField.Name("Stow-Direct-Read")!
+
+    /// Whether a download may be answered with a redirect to the object store: not when it carries
+    /// a condition (`If-Match`, `If-None-Match`, `If-Range`, `If-Modified-Since`,
+    /// `If-Unmodified-Since`), which a client following the redirect would send on to the store —
+    /// whose ETags and dates are its own, and which refuses some the server ignores — unless the
+    /// client says it does not (`Stow-Direct-Read: 1`, as StowFS's client does). The server then
+    /// sends the bytes itself.
+    /// A `Range` goes on to the store as it is, so only a plain one (`bytes=A-B`, `bytes=A-`,
+    /// `bytes=-N`, digits only) that this server took as a range (`isRange`) is redirected: the
+    /// store may read another (several ranges, numbers past 2^63, signs) differently than this
+    /// server does, which serves those itself.
+    static func mayRedirect(_ request: Request, range isRange: Bool) -> Bool {
+        if let range = request.headers[.range], !(isRange && isPlainRange(range)) { return false }
+        if request.headers[directReadHeader] == "1" { return true }
+        return conditions.allSatisfy { request.headers[$0] == nil }
+    }
+
+    static let conditions: [HTTPField.Name] = [.ifMatch, .ifNoneMatch, .ifRange, .ifModifiedSince, .ifUnmodifiedSince]
+
+    /// `bytes=A-B`, `bytes=A-` or `bytes=-N` with ASCII digits and nothing else.
+    static func isPlainRange(_ header: String) -> Bool {
+        guard header.hasPrefix("bytes=") else { return false }
+        let spec = header.utf8.dropFirst("bytes=".count)
+        let parts = spec.split(separator: UInt8(ascii: "-"), maxSplits: 1, omittingEmptySubsequences: false)
+        guard parts.count == 2, !(parts[0].isEmpty && parts[1].isEmpty) else { return false }
+        return parts.allSatisfy { $0.count <= 19 && $0.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) } }
     }
 
     enum RangeRequest: Equatable {

@@ -60,6 +60,10 @@ public protocol BlobStore: Sendable {
     /// Presigned URLs of these parts of a direct upload (its multipart upload begun if needed),
     /// and the parts the store has already; nil when the store takes no direct uploads.
     func directParts(_ id: String, size: Int64, numbers: [Int], expiresIn: Int) async throws -> UploadPartsResponse?
+    /// A URL a client may GET a blob's bytes from, straight from the store (presigned, valid
+    /// `expiresIn` seconds; `Range` honoured; answered with `contentType`); nil when the store
+    /// serves bytes only through the server.
+    func directRead(_ id: String, contentType: String, expiresIn: Int) -> String?
 }
 
 extension BlobStore {
@@ -77,6 +81,7 @@ extension BlobStore {
     public func abortAbandonedUploads() async throws -> Int { 0 }
     public func directUpload(_ id: String, size: Int64, sha256: String?, expiresIn: Int) async throws -> DirectUpload? { nil }
     public func directParts(_ id: String, size: Int64, numbers: [Int], expiresIn: Int) async throws -> UploadPartsResponse? { nil }
+    public func directRead(_ id: String, contentType: String, expiresIn: Int) -> String? { nil }
 }
 
 /// Writes one upload's staging file, sequentially, buffering about a MiB at a time.

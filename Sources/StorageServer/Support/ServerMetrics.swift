@@ -5,6 +5,7 @@ final class ServerMetrics: Sendable {
     let registry = PrometheusCollectorRegistry()
     let bytesReceived: Counter
     let bytesSent: Counter
+    let directReads: Counter
     let uploadsStarted: Counter
     let uploadsCompleted: Counter
     let gcDeletedBlobs: Counter
@@ -18,6 +19,7 @@ final class ServerMetrics: Sendable {
     init() {
         bytesReceived = registry.makeCounter(descriptor: Self.name("bytes_received", "total", "Bytes of file content received."))
         bytesSent = registry.makeCounter(descriptor: Self.name("bytes_sent", "total", "Bytes of file content sent."))
+        directReads = registry.makeCounter(descriptor: Self.name("direct_reads", "total", "Downloads redirected to a presigned GET of the object store."))
         uploadsStarted = registry.makeCounter(descriptor: Self.name("uploads_started", "total", "Uploads started."))
         uploadsCompleted = registry.makeCounter(descriptor: Self.name("uploads_completed", "total", "Uploads completed (files published)."))
         gcDeletedBlobs = registry.makeCounter(descriptor: Self.name("gc_deleted_blobs", "total", "Blobs deleted by the garbage collector."))

@@ -108,6 +108,12 @@ public final class S3BlobStore: BlobStore {
         return UploadPartsResponse(partSize: state.partSize, parts: urls, stored: stored.map { .init(number: $0.number, url: nil, size: $0.size) })
     }
 
+    public func directRead(_ id: String, contentType: String, expiresIn: Int) -> String? {
+        // The store's answer carries the file's content type, not the one it was stored with
+        // (the object has none of its own: the record keeps it).
+        client.presign("GET", key: blobKey(id), query: [("response-content-type", contentType)], expires: expiresIn)
+    }
+
     /// Every part of a direct upload the store holds, by number (a part sent twice: the last).
     func listedParts(_ state: StagingState) async throws -> [Int: StagedPart] {
         var latest: [Int: StagedPart] = [:]

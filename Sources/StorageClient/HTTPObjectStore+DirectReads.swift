@@ -1,0 +1,106 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOHTTP1
+import Synchronization
+
+/// Reads whose bytes come straight from an object store.
+///
+/// A stowd that keeps files in an S3 bucket answers `GET` of a signed URL with a redirect (307)
+/// to a presigned GET of the version's blob, with the file's ETag. The blob is immutable, so the
+/// redirect stands for that version while it is valid: reads pinned to the same ETag go to the
+/// store directly (one request instead of two), and the server sees only the first. A target
+/// the store refuses (expired, the blob collected) is forgotten and the server asked again, which
+/// answers for the file as it is now (412 if it changed).
+extension HTTPObjectStore {
+    /// Where a signed URL was redirected, and for which version.
+    struct DirectTarget: Sendable {
+        var url: String
+        var etag: String
+        var until: ContinuousClock.Instant
+    }
+
+    /// Redirect targets by signed URL, bounded (`limit`).
+    struct DirectTargets: Sendable {
+        static let limit = 4096
+        var byURL: [String: DirectTarget] = [:]
+
+        func target(for url: String, etag: String, now: ContinuousClock.Instant) -> String? {
+            guard let t = byURL[url], t.etag == etag, now < t.until else { return nil }
+            return t.url
+        }
+
+        mutating func insert(_ target: DirectTarget, for url: String, now: ContinuousClock.Instant) {
+            if byURL.count >= Self.limit {
+                byURL = byURL.filter { now < $0.value.until }
+                // Still full of live ones: drop any half (a dropped one costs one redirect more).
+                if byURL.count >= Self.limit { byURL = Dictionary(uniqueKeysWithValues: byURL.prefix(Self.limit / 2).map { ($0.key, $0.value) }) }
+            }
+            byURL[url] = target
+        }
+    }
+
+    /// The answer of a GET of a signed URL, redirects followed; `etag` is the file's (the
+    /// server's, also when the bytes came from the store).
+    struct FollowedResponse {
+        var response: HTTPClientResponse
+        var etag: String?
+    }
+
+    static let redirectStatuses: Set<UInt> = [301, 302, 303, 307, 308]
+
+    /// GETs a signed URL with `Range` and `If-Match`, and follows the server's redirect to the
+    /// object store (sending only `Range` there: the store's ETags are not the server's). The body
+    /// of the answer returned is not read yet.
+    func getFollowingRedirect(_ url: String, range: Range<Int64>?, ifMatch: String?, timeout: TimeAmount) async throws -> FollowedResponse {
+        let rangeOnly = Self.readHeaders(range, ifMatch: nil)
+        if let ifMatch, let target = directTargets.withLock({ $0.target(for: url, etag: ifMatch, now: .now) }) {
+            let response = try await send(makeRequest(.GET, target, headers: rangeOnly, authorized: false), timeout: timeout)
+            if response.status == .ok || response.status == .partialContent { return FollowedResponse(response: response, etag: ifMatch) }
+            // Expired, or the blob is gone: ask the server about the file as it is now.
+            _ = try? await response.body.collect(upTo: 1 << 20)
+            forgetDirectTarget(url)
+        }
+        // With If-Match, say that a redirect is welcome: it is not sent on to the store.
+        let headers = Self.readHeaders(range, ifMatch: ifMatch) + (ifMatch == nil ? [] : [("Stow-Direct-Read", "1")])
+        let response = try await send(makeRequest(.GET, url, headers: headers, authorized: false), timeout: timeout)
+        let etag = response.headers.first(name: "ETag").map { $0.trimmingCharacters(in: CharacterSet(charactersIn: "\"")) }
+        guard Self.redirectStatuses.contains(response.status.code), let location = response.headers.first(name: "Location"), !location.isEmpty else {
+            return FollowedResponse(response: response, etag: etag)
+        }
+        _ = try? await response.body.collect(upTo: 1 << 20)
+        if let etag {
+            // Valid for half what the server allowed (its Cache-Control max-age), to be safe from clocks.
+            let seconds = Self.maxAge(response.headers.first(name: "Cache-Control")) ?? 0
+            if seconds > 0 {
+                directTargets.withLock {
+                    $0.insert(DirectTarget(url: location, etag: etag, until: .now + .seconds(seconds)), for: url, now: .now)
+                }
+            }
+        }
+        let direct = try await send(makeRequest(.GET, location, headers: rangeOnly, authorized: false), timeout: timeout)
+        return FollowedResponse(response: direct, etag: etag)
+    }
+
+    func forgetDirectTarget(_ url: String) {
+        _ = directTargets.withLock { $0.byURL.removeValue(forKey: url) }
+    }
+
+    /// `max-age=N` of a Cache-Control header.
+    static func maxAge(_ header: String?) -> Int? {
+        guard let header else { return nil }
+        for part in header.split(separator: ",") {
+            let p = part.trimmingCharacters(in: .whitespaces)
+            if p.hasPrefix("max-age="), let n = Int(p.dropFirst("max-age=".count)), n >= 0 { return min(n, 24 * 3600) }
+        }
+        return nil
+    }
+
+    func send(_ request: HTTPClientRequest, timeout: TimeAmount) async throws -> HTTPClientResponse {
+        do {
+            return try await client.execute(request, timeout: timeout)
+        } catch {
+            throw transportError(error)
+        }
+    }
+}
