@@ -3,7 +3,7 @@
 #   make stop   store what is queued and unmount it
 #   make run-cluster   PostgreSQL, S3, 3 stowd replicas and nginx in front, on this machine (scripts/cluster.sh up)
 #   make stop-cluster  stop exactly what run-cluster started (scripts/cluster.sh down)
-#   make test   install what is missing, build, run every test (Swift's; the server's and the hostile-input suite again on PostgreSQL + S3; then the hostile-input suite and schemathesis against stowd)
+#   make test   install what is missing, build, run every test (Swift's; the server's and the hostile-input suite again on PostgreSQL + S3; then the hostile-input suite and schemathesis against stowd; then the cluster drills of scripts/cluster-smoke.sh)
 SHELL := /bin/bash
 SWIFT ?= swift
 PREFIX ?= /usr/local
@@ -36,6 +36,7 @@ test: deps
 	@scripts/timed.sh "swift test" $(SWIFT) test --skip-build
 	@scripts/timed.sh "server suite, hostile input and schemathesis on PostgreSQL + S3" env STOW_ST_MAX_EXAMPLES=50 scripts/test-scaleout.sh
 	@scripts/timed.sh "hostile input and schemathesis" python3 -m pytest Tests/hostile -q
+	@scripts/timed.sh "cluster drills: a replica killed, PostgreSQL away, S3 away, under a mount" env STOW_BIN_DIR="$(CURDIR)/.build/debug" scripts/cluster-smoke.sh
 
 # The server's suites on the scale-out backend (PostgreSQL + S3, started and stopped here), after a
 # build with --build-tests. TEST_ARGS="--filter StorageServerTests.PostgresTests" runs only those.
@@ -57,7 +58,7 @@ run-cluster: deps
 stop-cluster:
 	@scripts/cluster.sh down $(CLUSTER_ARGS)
 
-# Mount through the cluster, copy small trees, kill a replica, copy more, remount, diff, stop, check nothing is left.
+# Mount through the cluster, copy trees, kill a replica, stop PostgreSQL then S3 while writing, remount, diff, stop, check nothing is left.
 cluster-smoke: deps
 	@scripts/cluster-smoke.sh
 

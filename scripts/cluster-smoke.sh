@@ -2,7 +2,9 @@
 # Smoke check of the local cluster (issue 15): scripts/cluster.sh up in a folder of its own, mount a
 # namespace through nginx with the release stowfs (--create), copy a tree of 300 small files,
 # sync, kill -9 one replica, copy a second tree of 300 and a third of 30 files of 64 KiB to 1 MiB
-# and sync, unmount, mount again with an empty cache (so every byte comes from the cluster),
+# and sync; then stop PostgreSQL, write more (close returns: the files wait in the mount's queue),
+# check that sync waits, start it again and sync; the same with the S3 server stopped; unmount,
+# mount again with an empty cache (so every byte comes from the cluster),
 # diff -r the trees against their sources, unmount,
 # scripts/cluster.sh down, and check that no process it started (stowd, nginx, postgres, weed,
 # stowfs) and no mount is left. Whatever fails, the traps unmount and bring the cluster down; the
@@ -16,7 +18,7 @@ cluster="$root/scripts/cluster.sh"
 work="$(mktemp -d /tmp/stow-cluster-smoke-XXXXXX)"
 chmod 711 "$work"   # PostgreSQL runs as `postgres` when this runs as root: it must pass through
 cdir="$work/cluster"; mnt="$work/mnt"; src="$work/src"
-mkdir -p "$mnt" "$src/a" "$src/b" "$src/c"
+mkdir -p "$mnt" "$src/a" "$src/b" "$src/c" "$src/e" "$src/f"
 t0=$SECONDS; tstep=$SECONDS
 
 step() { echo "== [$((SECONDS - t0)) s, previous step $((SECONDS - tstep)) s] $*"; tstep=$SECONDS; }
@@ -62,9 +64,38 @@ head -c $((40 << 20)) /dev/urandom > "$src/d.stream"
 head -c $((27 << 20)) /dev/urandom > "$src/d.edited"
 mkdir -p "$src/d"
 cp "$src/d.stream" "$src/d/stream.bin"
-for t in a b c; do
+# Written while PostgreSQL is away (e: small files and one of 3 MiB) and while the S3 server is (f).
+(cd /usr/share/doc && sed -n 601,650p "$work/files" | tar -cf - -T - | tar -xf - -C "$src/e")
+head -c $((3 << 20)) /dev/urandom > "$src/e/three.bin"
+(cd /usr/share/doc && sed -n 651,700p "$work/files" | tar -cf - -T - | tar -xf - -C "$src/f")
+for i in 1 2 3; do head -c $((2 << 20)) /dev/urandom > "$src/f/two-$i.bin"; done
+for t in a b c e f; do
     echo "   $t: $(find "$src/$t" -type f | wc -l) files, $(du -sk --apparent-size "$src/$t" | cut -f1) KiB"
 done
+
+# Copies tree $1 while part $2 of the cluster is away: every close returns (the files wait in the
+# mount's queue), a sync started then is still waiting 5 s later, and once the part is back the
+# sync returns 0 within 180 s.
+while_away() {
+    local t="$1" part="$2" sync_pid status
+    # The folders first: making one is a change of the tree, which needs the server (S12).
+    (cd "$src/$t" && find . -type d) | (cd "$mnt" && mkdir -p "$t" && cd "$t" && xargs mkdir -p)
+    ls -R "$mnt/$t" > /dev/null
+    step "halt-$part; cp -r tree $t (into its folders) while it is away"
+    "$cluster" "halt-$part" --dir "$cdir"
+    cp -r "$src/$t/." "$mnt/$t/" || fail "cp -r of tree $t while the $part is away (a close should return: the files are queued)"
+    "$bin/stowfs" sync "$mnt" > "$work/sync-$t.log" 2>&1 &
+    sync_pid=$!
+    sleep 5
+    kill -0 "$sync_pid" 2>/dev/null || { cat "$work/sync-$t.log" >&2; fail "stowfs sync returned while the $part was away"; }
+    "$bin/stowfs" status "$mnt" | sed 's/^/     /' | head -8
+    step "resume-$part; the sync started while it was away returns"
+    "$cluster" "resume-$part" --dir "$cdir"
+    for _ in $(seq 180); do kill -0 "$sync_pid" 2>/dev/null || break; sleep 1; done
+    kill -0 "$sync_pid" 2>/dev/null && { kill "$sync_pid"; "$bin/stowfs" status "$mnt" >&2 || true; fail "stowfs sync still waiting 180 s after the $part came back"; }
+    wait "$sync_pid" && status=0 || status=$?
+    [ "$status" -eq 0 ] || { cat "$work/sync-$t.log" >&2; fail "stowfs sync failed (exit $status) after the $part came back"; }
+}
 
 step "scripts/cluster.sh up"
 "$cluster" up --dir "$cdir"
@@ -96,15 +127,18 @@ cp "$src/d.edited" "$src/d/edited.bin"
 step "stowfs sync"
 "$bin/stowfs" sync "$mnt" || { "$bin/stowfs" status "$mnt" >&2 || true; fail "stowfs sync after tree b"; }
 
+while_away e database
+while_away f store
+
 step "stowfs unmount"
 "$bin/stowfs" unmount "$mnt"
 mounted && fail "$mnt is still mounted after stowfs unmount"
 
 step "mount again with an empty cache"
 "$bin/stowfs" mount smoke "$mnt" --endpoint "$endpoint" --token-file "$cdir/token" --cache-dir "$work/cache2"
-step "diff -r of the four trees"
-for t in a b c d; do diff -r "$src/$t" "$mnt/$t" || fail "tree $t differs"; done
-echo "   the four trees are identical to their sources"
+step "diff -r of the six trees"
+for t in a b c d e f; do diff -r "$src/$t" "$mnt/$t" || fail "tree $t differs"; done
+echo "   the six trees are identical to their sources"
 step "stowfs unmount"
 "$bin/stowfs" unmount "$mnt"
 

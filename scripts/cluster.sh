@@ -28,6 +28,10 @@ Commands:
   status                what runs: pids, ports, and each replica's /healthz
   kill-replica I        kill -9 replica I (a failure drill; nginx sends requests elsewhere)
   restart-replica I     stop replica I if it runs, and start it again on the same port
+  halt-database         stop PostgreSQL, keeping its data (a drill: requests get 503)
+  resume-database       start it again on the same port
+  halt-store            stop the S3 server, keeping its data (a drill: uploads wait)
+  resume-store          start it again on the same ports
 
 Options:
   --dir DIR             where state, data and logs live (default ./.cluster)
@@ -67,7 +71,7 @@ done
 grace="${STOW_CLUSTER_GRACE:-10}"
 
 case "$cmd" in
-    up|down|status|kill-replica|restart-replica) ;;
+    up|down|status|kill-replica|restart-replica|halt-database|resume-database|halt-store|resume-store) ;;
     *) echo "unknown command $cmd (see --help)" >&2; exit 2 ;;
 esac
 if [ ! -d "$dir" ]; then
@@ -467,6 +471,22 @@ do_restart_replica() {
     echo "started replica $index: $(state_get "replica_${index}_url"), pid $(state_get "replica_${index}_pid")"
 }
 
+do_halt_resume() {
+    [ -f "$state" ] || { say "no cluster in $dir"; return 1; }
+    case "$cmd" in
+        halt-database) "$scripts/pg-test.sh" halt "$(state_get pg_dir)"; echo "PostgreSQL stopped (its data kept; resume-database starts it)" ;;
+        resume-database)
+            "$scripts/pg-test.sh" resume "$(state_get pg_dir)" 9>&-
+            state_set pg_pid "$(cat "$(state_get pg_dir)/pid")"
+            echo "PostgreSQL started again, pid $(state_get pg_pid)" ;;
+        halt-store) "$scripts/s3-test.sh" halt "$(state_get s3_dir)"; echo "the S3 server stopped (its data kept; resume-store starts it)" ;;
+        resume-store)
+            "$scripts/s3-test.sh" resume "$(state_get s3_dir)" 9>&-
+            state_set s3_pid "$(cat "$(state_get s3_dir)/pid")"
+            echo "the S3 server started again, pid $(state_get s3_pid)" ;;
+    esac
+}
+
 # One command at a time per cluster folder (status only reads). What it starts runs with fd 9
 # closed (9>&-), or the lock would live as long as they do.
 if [ "$cmd" != status ]; then
@@ -480,4 +500,5 @@ case "$cmd" in
     status) do_status ;;
     kill-replica) do_kill_replica ;;
     restart-replica) do_restart_replica ;;
+    halt-database|resume-database|halt-store|resume-store) do_halt_resume ;;
 esac

@@ -7,10 +7,47 @@
 #                                  STOW_TEST_S3_* variables (endpoint, keys, bucket) to source.
 #   scripts/s3-test.sh stop DIR    stops exactly the process group it started (SIGTERM, then
 #                                  SIGKILL after 5 s) and removes DIR.
+#   scripts/s3-test.sh halt DIR    stops it and keeps its data; `resume DIR` starts it again on the
+#                                  same ports with the same keys (a drill's "object store away").
 set -euo pipefail
 cmd="${1:-}"; dir="${2:-}"
-[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop DIR" >&2; exit 2; }
+[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop|halt|resume DIR" >&2; exit 2; }
 version=4.48
+
+# Starts weed on the ports in DIR/ports and waits until its S3 port answers (403 to an anonymous GET).
+weed_start() {
+    local p1 p2 p3 p4 p5 p6 p7 p8 code=""
+    read -r p1 p2 p3 p4 p5 p6 p7 p8 < "$dir/ports"
+    setsid weed server -ip=127.0.0.1 -ip.bind=127.0.0.1 -dir="$dir/data" \
+        -master.port="$p1" -master.port.grpc="$p2" -volume.port="$p3" -volume.port.grpc="$p4" \
+        -filer -filer.port="$p5" -filer.port.grpc="$p6" -s3 -s3.port="$p7" -s3.port.grpc="$p8" \
+        -s3.port.iceberg=0 -s3.port.lance=0 -metricsPort=0 -s3.config="$dir/s3.json" \
+        -volume.max=50 -master.volumeSizeLimitMB=256 >> "$dir/weed.log" 2>&1 < /dev/null &
+    echo $! > "$dir/pid"
+    endpoint="http://127.0.0.1:$p7"
+    for _ in $(seq 120); do
+        code=$(curl -s -o /dev/null -w '%{http_code}' "$endpoint/" || true)
+        [ "$code" = 403 ] && break
+        kill -0 "$(cat "$dir/pid")" 2>/dev/null || { echo "the S3 server stopped; its log:" >&2; tail -20 "$dir/weed.log" >&2; return 1; }
+        sleep 0.25
+    done
+    [ "$code" = 403 ] || { echo "the S3 server did not answer in 30 s; its log:" >&2; tail -20 "$dir/weed.log" >&2; return 1; }
+}
+
+# Stops the process group it started: SIGTERM, then SIGKILL after 5 s.
+weed_stop() {
+    [ -f "$dir/pid" ] || return 0
+    local pid
+    pid="$(cat "$dir/pid")"
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -TERM -- "-$pid" 2>/dev/null || true
+        for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+        kill -KILL -- "-$pid" 2>/dev/null || true
+        for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    fi
+    # It leaves its unix sockets in /tmp, named by port: ours only.
+    for port in $(cat "$dir/ports" 2>/dev/null); do rm -f /tmp/seaweedfs-*-"$port".sock; done
+}
 
 case "$cmd" in
 start)
@@ -31,21 +68,8 @@ start)
 socks=[socket.socket() for _ in range(8)]
 for s in socks: s.bind(("127.0.0.1", 0))
 print(" ".join(str(s.getsockname()[1]) for s in socks))')
-    setsid weed server -ip=127.0.0.1 -ip.bind=127.0.0.1 -dir="$dir/data" \
-        -master.port="$p1" -master.port.grpc="$p2" -volume.port="$p3" -volume.port.grpc="$p4" \
-        -filer -filer.port="$p5" -filer.port.grpc="$p6" -s3 -s3.port="$p7" -s3.port.grpc="$p8" \
-        -s3.port.iceberg=0 -s3.port.lance=0 -metricsPort=0 -s3.config="$dir/s3.json" \
-        -volume.max=50 -master.volumeSizeLimitMB=256 > "$dir/weed.log" 2>&1 < /dev/null &
-    echo $! > "$dir/pid"
     echo "$p1 $p2 $p3 $p4 $p5 $p6 $p7 $p8" > "$dir/ports"
-    endpoint="http://127.0.0.1:$p7"
-    for _ in $(seq 120); do
-        code=$(curl -s -o /dev/null -w '%{http_code}' "$endpoint/" || true)
-        [ "$code" = 403 ] && break
-        kill -0 "$(cat "$dir/pid")" 2>/dev/null || { echo "the S3 server stopped; its log:" >&2; tail -20 "$dir/weed.log" >&2; exit 1; }
-        sleep 0.25
-    done
-    [ "$code" = 403 ] || { echo "the S3 server did not answer in 30 s; its log:" >&2; tail -20 "$dir/weed.log" >&2; "$0" stop "$dir"; exit 1; }
+    weed_start || { "$0" stop "$dir"; exit 1; }
     # The bucket, made with botocore (a client the tests did not write).
     for _ in $(seq 40); do
         python3 - "$endpoint" "$key" "$secret" <<'PY' && break
@@ -72,17 +96,15 @@ ENV
     ;;
 stop)
     [ -f "$dir/pid" ] || { rm -rf "$dir"; exit 0; }
-    pid="$(cat "$dir/pid")"
-    if kill -0 "$pid" 2>/dev/null; then
-        kill -TERM -- "-$pid" 2>/dev/null || true
-        for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-        kill -KILL -- "-$pid" 2>/dev/null || true
-        for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    fi
-    # It leaves its unix sockets in /tmp, named by port: ours only.
-    for port in $(cat "$dir/ports" 2>/dev/null); do rm -f /tmp/seaweedfs-*-"$port".sock; done
+    weed_stop
     rm -rf "$dir"
     ;;
+halt)
+    weed_stop
+    ;;
+resume)
+    weed_start
+    ;;
 *)
-    echo "usage: $0 start|stop DIR" >&2; exit 2 ;;
+    echo "usage: $0 start|stop|halt|resume DIR" >&2; exit 2 ;;
 esac
