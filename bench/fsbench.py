@@ -405,7 +405,9 @@ class JuiceFS(System):
         base = pg["STOW_TEST_DATABASE_URL"].rsplit("/", 1)[0]
         self.meta = f"{base}/{db}?sslmode=disable"
         s3 = self.cluster.s3
-        run(["juicefs", "format", "--storage", "s3", "--bucket", f"{s3['STOW_TEST_S3_ENDPOINT']}/{db.replace('_', '-')}",
+        # One bucket for all runs (a volume's objects are under its name): SeaweedFS gives every
+        # bucket volumes of its own, and a bucket per run ran it out of them.
+        run(["juicefs", "format", "--storage", "s3", "--bucket", f"{s3['STOW_TEST_S3_ENDPOINT']}/juicefs",
              "--access-key", s3["STOW_TEST_S3_ACCESS_KEY"], "--secret-key", s3["STOW_TEST_S3_SECRET_KEY"], "--trash-days", "0",
              self.meta, db.replace("_", "-")])
         self.mount()
@@ -420,9 +422,11 @@ class JuiceFS(System):
         if self.proc:
             run(["juicefs", "umount", self.mnt], check=False)
             try:
-                self.proc.wait(timeout=600)
+                self.proc.wait(timeout=120)
             except subprocess.TimeoutExpired:
+                run(["fusermount3", "-uz", self.mnt], check=False)
                 self.proc.kill()
+                self.proc.wait(timeout=30)
             self.proc = None
 
     def durable(self, expected_dir, source_dir):

@@ -22,7 +22,7 @@ weed_start() {
         -master.port="$p1" -master.port.grpc="$p2" -volume.port="$p3" -volume.port.grpc="$p4" \
         -filer -filer.port="$p5" -filer.port.grpc="$p6" -s3 -s3.port="$p7" -s3.port.grpc="$p8" \
         -s3.port.iceberg=0 -s3.port.lance=0 -metricsPort=0 -s3.config="$dir/s3.json" \
-        -volume.max=50 -master.volumeSizeLimitMB=256 >> "$dir/weed.log" 2>&1 < /dev/null &
+        -volume.max=400 -master.volumeSizeLimitMB=256 >> "$dir/weed.log" 2>&1 < /dev/null &
     echo $! > "$dir/pid"
     endpoint="http://127.0.0.1:$p7"
     for _ in $(seq 120); do
