@@ -28,6 +28,9 @@ public final class HTTPObjectStore: ObjectStore {
         /// An upload or download that moves no byte for this long fails.
         public var idleTimeout: Duration = .seconds(60)
         public var maxConnectionsPerHost: Int = 32
+        /// Sent as `Stow-Origin` on every request: the server records it with the changes this
+        /// client makes, so that it can tell its own in the change feed (1–64 of `A-Z a-z 0-9 . _ -`).
+        public var origin: String?
         /// For an `https` endpoint: a PEM file of the certificate authorities that sign the server's
         /// certificate (a private CA). Nil: the system's trust store. A certificate that does not
         /// verify fails every call with a `StorageError` of kind `tlsFailure`.
@@ -84,6 +87,7 @@ public final class HTTPObjectStore: ObjectStore {
         var r = HTTPClientRequest(url: url)
         r.method = method
         if authorized, let token = configuration.token { r.headers.add(name: "Authorization", value: "Bearer \(token)") }
+        if authorized, let origin = configuration.origin { r.headers.add(name: Routes.originHeader, value: origin) }
         for (k, v) in headers { r.headers.add(name: k, value: v) }
         if let body {
             r.headers.add(name: "Content-Type", value: "application/json")
@@ -468,6 +472,17 @@ public final class HTTPObjectStore: ObjectStore {
         let answer = try await execute(makeRequest(.DELETE, link(session.upload.url), headers: [(Tus.resumable, Tus.version)], authorized: false))
         if answer.status == 404 { return }
         try expect(answer, [204])
+    }
+
+    // MARK: - The change feed
+
+    public func changes(_ ns: Namespace, since: String?, wait: Duration) async throws -> ChangesResponse {
+        let seconds = max(0, min(60, wait.components.seconds))
+        var query: [(String, String)] = [("wait", String(seconds))]
+        if let since { query.append(("since", since)) }
+        // Answered when something changes or the wait is up: the deadline is the wait and some.
+        let answer = try await execute(makeRequest(.GET, url(Routes.changes(ns), query: query)), timeout: .seconds(seconds + 30))
+        return try decode(ChangesResponse.self, answer, expect: [200])
     }
 
     // MARK: - Reads

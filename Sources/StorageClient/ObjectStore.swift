@@ -65,9 +65,19 @@ public protocol ObjectStore: Sendable {
     /// when the file ends sooner. A failure after some bytes were handed over is thrown as is (no
     /// retry): the caller keeps what it got and asks again for the rest.
     func read(url: String, range: Range<Int64>, ifMatch: String?, consume: (ByteBuffer) throws -> Void) async throws -> Int64
+
+    // MARK: The change feed
+    /// The namespace's changes after `since` (nil: none, and the head to start from), waiting up
+    /// to `wait` for some when there are none yet (a long poll).
+    func changes(_ ns: Namespace, since: String?, wait: Duration) async throws -> ChangesResponse
 }
 
 extension ObjectStore {
+    /// Stores without a change feed.
+    public func changes(_ ns: Namespace, since: String?, wait: Duration) async throws -> ChangesResponse {
+        throw StorageError(.notFound, "this store has no change feed")
+    }
+
     /// Stores that never offer direct uploads.
     public func uploadParts(_ session: StartUploadResponse, numbers: [Int]) async throws -> UploadPartsResponse {
         throw StorageError(.notFound, "this store takes no direct uploads")

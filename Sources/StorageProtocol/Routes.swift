@@ -35,6 +35,11 @@ public enum Routes {
     public static func rename(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/rename" }
     public static func link(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/link" }
     public static func formUpload(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/upload/form" }
+    /// The namespace's change feed (`?since=CURSOR&wait=SECONDS`, or `&stream=true` for SSE).
+    public static func changes(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/changes" }
+    /// The header by which a client names itself on every request, so that it can tell its own
+    /// changes in the feed (`ChangeRecord.origin`): 1–64 of `A-Z a-z 0-9 . _ -`.
+    public static let originHeader = "Stow-Origin"
 
     /// The storage link of an upload (signed; also a tus upload resource).
     public static func storageLink(_ uploadID: String) -> String { "/storage/uploads/\(uploadID)" }

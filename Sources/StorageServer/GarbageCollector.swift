@@ -8,7 +8,8 @@ import StorageProtocol
 /// - uploads started and never completed, once their link expired plus a grace period (bytes too);
 /// - blobs superseded or deleted, once no read that already began can still need them;
 /// - files in the blob and staging folders that no record names (left by a crash), at start-up;
-/// - multipart uploads in an object store that no staging records, once old enough.
+/// - multipart uploads in an object store that no staging records, once old enough;
+/// - changes of the feed older than `changeRetention`.
 struct GarbageCollector: Service {
     let service: StowService
 
@@ -65,6 +66,8 @@ struct GarbageCollector: Service {
             service.logger.info("aborted \(aborted) abandoned multipart upload(s) or staging object(s) in the object store")
         }
         service.metrics.gcDeletedBlobs.increment(by: Int64(deleted))
+        // Changes older than the feed keeps (a reader that far behind is told to reset).
+        _ = try await store.trimChanges(before: now - service.config.changeRetention * 1_000_000_000)
         return (uploads, deleted)
     }
 

@@ -38,6 +38,11 @@ public struct ServerConfiguration: Sendable {
     /// How long the presigned GET a download is redirected to stays valid, in seconds: well within
     /// `blobGrace`, so a blob superseded just after the redirect is still there for its lifetime.
     public var directReadLifetime: Int { Int(max(1, min(300, blobGrace / 2))) }
+    /// How long the change feed keeps a change, in seconds: a reader further behind is reset.
+    public var changeRetention: Int64 = 3600
+    /// How often a reader of the change feed waiting for changes looks for ones another server
+    /// made (its own it hears of at once).
+    public var changePollInterval: Duration = .milliseconds(50)
     /// How often the garbage collector runs.
     public var gcInterval: Duration = .seconds(60)
     /// The largest upload accepted, in bytes.

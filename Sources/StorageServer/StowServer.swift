@@ -91,7 +91,9 @@ public final class StowServer: Sendable {
         let http = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: httpConfig)
         let app = makeApplication(http: http, onListening: onListening)
         let group = ServiceGroup(
-            configuration: .init(services: [.init(service: app), .init(service: gc)], gracefulShutdownSignals: signals, logger: service.logger))
+            configuration: .init(
+                services: [.init(service: app), .init(service: gc), .init(service: ChangeSignalCloser(signal: service.changeSignal))],
+                gracefulShutdownSignals: signals, logger: service.logger))
         self.group.withLock { $0 = group }
         defer { try? FileManager.default.removeItem(atPath: service.config.dataDirectory + "/stowd.url") }
         do {
@@ -157,7 +159,9 @@ public final class StowServer: Sendable {
         router.add(middleware: MetricsMiddleware(metrics: service.metrics))
         router.add(middleware: ErrorMiddleware())
         router.add(middleware: LogRequestsMiddleware(.debug))
+        router.add(middleware: OriginMiddleware(signal: service.changeSignal))
         service.addUploadRoutes(to: router)
+        service.addChangeRoutes(to: router)
         if service.config.uploadExtensions { service.addBatchRoutes(to: router) }
         service.addFileRoutes(to: router)
         service.addNamespaceRoutes(to: router)
@@ -226,6 +230,27 @@ struct MetricsMiddleware<Context: RequestContext>: RouterMiddleware {
         metrics.requestDuration.record(ContinuousClock.now - start)
         metrics.countRequest(method: request.method.rawValue, route: context.endpointPath ?? "unmatched", status: response.status.code)
         return response
+    }
+}
+
+/// Runs a request with its `Stow-Origin` (`ChangeOrigin.current`, recorded with its changes), and
+/// after a request that may have changed something, wakes the readers of the change feed.
+struct OriginMiddleware<Context: RequestContext>: RouterMiddleware {
+    let signal: ChangeSignal
+    static var originHeader: HTTPField.Name { HTTPField.Name(Routes.originHeader)! }
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        let origin = ChangeOrigin.validated(request.headers[Self.originHeader])
+        let changing = ![.get, .head, .options].contains(request.method)
+        do {
+            let response = try await ChangeOrigin.$current.withValue(origin) { try await next(request, context) }
+            if changing { signal.bump() }
+            return response
+        } catch {
+            // A refusal may still follow a change (a batch stores some files and refuses others).
+            if changing { signal.bump() }
+            throw error
+        }
     }
 }
 

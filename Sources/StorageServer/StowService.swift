@@ -20,6 +20,8 @@ final class StowService: Sendable {
     var tokens: TokenStore { tokensBox.withLock { $0 } }
     let metrics = ServerMetrics()
     let activeUploads = ActiveUploads()
+    /// Wakes readers of the change feed after this server changed something.
+    let changeSignal = ChangeSignal()
     let copies: CopyTasks
     let logger: Logger
 

@@ -13,13 +13,18 @@ public final class SQLiteMetadataStore: MetadataStore {
     let pool: DatabasePool
     /// How long a superseded or deleted blob is kept for reads that already hold it.
     let blobGraceNs: Int64
+    /// The `ChangeOrigin` of the write transaction running now (the change feed's triggers read it
+    /// through `stow_origin()`). GUARDED_BY(pool's writer): set at the start of each write.
+    let writeOrigin = WriteOrigin()
 
     /// Opens (creating if needed) the database at `path`.
     public init(path: String, blobGraceSeconds: Int64) throws {
         var config = Configuration()
         config.busyMode = .timeout(30)
+        let origin = writeOrigin
         config.prepareDatabase { db in
             try db.execute(sql: "PRAGMA foreign_keys = OFF")
+            Self.addChangeFunctions(db, origin: origin)
         }
         pool = try DatabasePool(path: path, configuration: config)
         // After the pool exists: GRDB sets the writer to `synchronous = NORMAL` when it turns WAL on
@@ -127,13 +132,24 @@ public final class SQLiteMetadataStore: MetadataStore {
                     ) WITHOUT ROWID;
                     """)
         }
+        m.registerMigration("v4 change feed") { db in try Self.changeFeedMigration(db) }
         return m
+    }
+
+    /// A write transaction that records who made its changes (`ChangeOrigin.current`).
+    func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        let origin = ChangeOrigin.current, holder = writeOrigin
+        return try await pool.write { db in
+            holder.set(origin)
+            defer { holder.set(nil) }
+            return try body(db)
+        }
     }
 
     // MARK: - Namespaces
 
     public func createNamespace(_ ns: Namespace) async throws -> (NamespaceInfo, created: Bool) {
-        try await pool.write { db in
+        try await write { db in
             if let existing = try Self.namespaceInfo(db, ns) { return (existing, false) }
             let now = Timestamp.nowNanoseconds()
             let root = try Self.insertInode(db, ns: ns, kind: .directory, attributes: NewNodeAttributes(), nlink: 2, now: now)
@@ -144,7 +160,7 @@ public final class SQLiteMetadataStore: MetadataStore {
 
     public func deleteNamespace(_ ns: Namespace, recursive: Bool) async throws {
         let grace = blobGraceNs
-        try await pool.write { db in
+        try await write { db in
             guard let info = try Self.namespaceInfo(db, ns) else { throw StoreError.namespaceNotFound(ns) }
             let children = try Int.fetchOne(try db.cachedStatement(sql: "SELECT count(*) FROM entries WHERE parent = ?"), arguments: [info.rootInode]) ?? 0
             if children > 0 && !recursive { throw StoreError.notEmpty(.root) }
@@ -284,7 +300,7 @@ public final class SQLiteMetadataStore: MetadataStore {
     // MARK: - Changing the tree
 
     public func makeFolder(_ ns: Namespace, _ path: StoragePath, attributes: NewNodeAttributes, parents: Bool, existOk: Bool) async throws -> Node {
-        try await pool.write { db in
+        try await write { db in
             let now = Timestamp.nowNanoseconds()
             if path.isRoot {
                 guard existOk else { throw StoreError.exists(path) }
@@ -305,7 +321,7 @@ public final class SQLiteMetadataStore: MetadataStore {
     }
 
     public func removeFolder(_ ns: Namespace, _ path: StoragePath) async throws {
-        try await pool.write { db in
+        try await write { db in
             guard !path.isRoot else { throw StoreError.badRequest("the root folder of a namespace cannot be removed") }
             let parent = try Self.resolveFolder(db, ns, path.parent)
             guard let ino = try Self.lookup(db, parent, path.name) else { throw StoreError.notFound(path) }
@@ -319,7 +335,7 @@ public final class SQLiteMetadataStore: MetadataStore {
 
     public func removeFile(_ ns: Namespace, _ path: StoragePath, ifMatch: String?) async throws {
         let grace = blobGraceNs
-        try await pool.write { db in
+        try await write { db in
             guard !path.isRoot else { throw StoreError.isADirectory(path) }
             let parent = try Self.resolveFolder(db, ns, path.parent)
             guard let ino = try Self.lookup(db, parent, path.name) else { throw StoreError.notFound(path) }
@@ -334,7 +350,7 @@ public final class SQLiteMetadataStore: MetadataStore {
 
     public func rename(_ ns: Namespace, from: StoragePath, to: StoragePath, replace: Bool, exchange: Bool) async throws -> Node {
         let grace = blobGraceNs
-        return try await pool.write { db in
+        return try await write { db in
             guard !from.isRoot, !to.isRoot else { throw StoreError.invalidRename("the root folder cannot be renamed") }
             let now = Timestamp.nowNanoseconds()
             let fromParent = try Self.resolveFolder(db, ns, from.parent)
@@ -393,7 +409,7 @@ public final class SQLiteMetadataStore: MetadataStore {
     }
 
     public func makeNode(_ ns: Namespace, _ path: StoragePath, kind: NodeKind, attributes: NewNodeAttributes, target: String?, rdev: UInt64?) async throws -> Node {
-        try await pool.write { db in
+        try await write { db in
             guard !path.isRoot else { throw StoreError.exists(path) }
             let parent = try Self.resolveFolder(db, ns, path.parent)
             if try Self.lookup(db, parent, path.name) != nil { throw StoreError.exists(path) }
@@ -405,7 +421,7 @@ public final class SQLiteMetadataStore: MetadataStore {
     }
 
     public func link(_ ns: Namespace, from: StoragePath, to: StoragePath) async throws -> Node {
-        try await pool.write { db in
+        try await write { db in
             guard !from.isRoot, !to.isRoot else { throw StoreError.badRequest("the root folder cannot be linked") }
             let ino = try Self.resolve(db, ns, from)
             guard try Self.kind(db, ino) != .directory else { throw StoreError.isADirectory(from) }
@@ -419,7 +435,7 @@ public final class SQLiteMetadataStore: MetadataStore {
     }
 
     public func patch(_ ns: Namespace, _ path: StoragePath, _ patch: FilePatch, ifMatch: String?) async throws -> Node {
-        try await pool.write { db in
+        try await write { db in
             let ino = try Self.resolve(db, ns, path)
             var inode = try Self.inode(db, ino)
             if let ifMatch, !ETag.matches(ifMatch, inode.etag) {
@@ -455,7 +471,7 @@ public final class SQLiteMetadataStore: MetadataStore {
         _ ns: Namespace, _ path: StoragePath, expectedBlob: String, newBlob: BlobInfo, inline: Data?, mtimeNs: Int64?
     ) async throws -> Node {
         let grace = blobGraceNs
-        return try await pool.write { db in
+        return try await write { db in
             let ino = try Self.resolve(db, ns, path)
             let inode = try Self.inode(db, ino)
             guard inode.blob == expectedBlob else { throw StoreError.preconditionFailed("`\(path)` changed while it was being truncated") }
@@ -472,7 +488,7 @@ public final class SQLiteMetadataStore: MetadataStore {
     // MARK: - Uploads
 
     public func createUpload(_ u: UploadRecord) async throws {
-        try await pool.write { db in
+        try await write { db in
             guard try Self.namespaceInfo(db, u.namespace) != nil else { throw StoreError.namespaceNotFound(u.namespace) }
             try db.executeCached(
                 sql: """
@@ -494,11 +510,11 @@ public final class SQLiteMetadataStore: MetadataStore {
     }
 
     public func deleteUpload(id: String) async throws {
-        try await pool.write { db in try db.executeCached(sql: "DELETE FROM uploads WHERE id = ?", arguments: [id]) }
+        try await write { db in try db.executeCached(sql: "DELETE FROM uploads WHERE id = ?", arguments: [id]) }
     }
 
     public func extendUpload(id: String, until: Int64) async throws {
-        try await pool.write { db in
+        try await write { db in
             try db.executeCached(
                 sql: "UPDATE uploads SET expires_at = ? WHERE id = ? AND state = 'open' AND expires_at < ?", arguments: [until, id, until])
         }
@@ -506,7 +522,7 @@ public final class SQLiteMetadataStore: MetadataStore {
 
     public func publish(_ upload: UploadRecord, blob: BlobInfo) async throws -> Node {
         let grace = blobGraceNs
-        return try await pool.write { db in
+        return try await write { db in
             guard let current = try Row.fetchOne(try db.cachedStatement(sql: "SELECT * FROM uploads WHERE id = ?"), arguments: [upload.id]).map(Self.decodeUpload) else {
                 throw StoreError.notFound(upload.path)
             }
@@ -524,7 +540,7 @@ public final class SQLiteMetadataStore: MetadataStore {
     public func publishInline(_ files: [InlineFile]) async throws -> [Result<Node, any Error>] {
         guard !files.isEmpty else { return [] }
         let grace = blobGraceNs
-        return try await pool.write { db in
+        return try await write { db in
             var results: [Result<Node, any Error>] = []
             for f in files {
                 var node: Node?
@@ -650,14 +666,14 @@ public final class SQLiteMetadataStore: MetadataStore {
     }
 
     public func claimExpiredUpload(id: String, before seconds: Int64) async throws -> Bool {
-        try await pool.write { db in
+        try await write { db in
             try db.executeCached(sql: "DELETE FROM uploads WHERE id = ? AND expires_at < ?", arguments: [id, seconds])
             return db.changesCount > 0
         }
     }
 
     public func claimDeadBlobs(before nanoseconds: Int64, lease: Int64, limit: Int) async throws -> [String] {
-        try await pool.write { db in
+        try await write { db in
             let due = try String.fetchAll(
                 try db.cachedStatement(sql: "SELECT blob FROM dead_blobs WHERE delete_after < ? ORDER BY delete_after LIMIT ?"), arguments: [nanoseconds, limit])
             for id in due {
@@ -669,7 +685,7 @@ public final class SQLiteMetadataStore: MetadataStore {
 
     public func forgetDeadBlobs(_ ids: [String]) async throws {
         guard !ids.isEmpty else { return }
-        try await pool.write { db in
+        try await write { db in
             for id in ids {
                 try db.executeCached(sql: "DELETE FROM dead_blobs WHERE blob = ?", arguments: [id])
                 try db.execute(
@@ -726,7 +742,7 @@ extension SQLiteMetadataStore {
     }
 
     public func beginStaging(_ id: String, s3UploadID: String, partSize: Int64) async throws -> StagingState {
-        try await pool.write { db in
+        try await write { db in
             try db.executeCached(
                 sql: "INSERT OR IGNORE INTO upload_staging(upload_id, s3_upload_id, part_size, begun_ns) VALUES (?, ?, ?, ?)",
                 arguments: [id, s3UploadID, partSize, Timestamp.nowNanoseconds()])
@@ -736,7 +752,7 @@ extension SQLiteMetadataStore {
     }
 
     public func commitStaging(_ id: String, expected: Int64, keep: Int, added: [StagedPart], tailKey: String?, tailSize: Int64) async throws -> Bool {
-        try await pool.write { db in
+        try await write { db in
             try db.executeCached(
                 sql: "UPDATE upload_staging SET version = version + 1, tail_key = ?, tail_size = ? WHERE upload_id = ? AND version = ?",
                 arguments: [tailKey, tailSize, id, expected])
@@ -751,7 +767,7 @@ extension SQLiteMetadataStore {
     }
 
     public func dropStaging(_ id: String) async throws {
-        try await pool.write { db in
+        try await write { db in
             try db.executeCached(sql: "DELETE FROM upload_parts WHERE upload_id = ?", arguments: [id])
             try db.executeCached(sql: "DELETE FROM upload_staging WHERE upload_id = ?", arguments: [id])
         }

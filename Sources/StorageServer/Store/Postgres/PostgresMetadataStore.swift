@@ -316,7 +316,7 @@ public final class PostgresMetadataStore: MetadataStore {
 
     public func deleteNamespace(_ ns: Namespace, recursive: Bool) async throws {
         do {
-            _ = try await rows("SELECT stow_delete_namespace(\(ns.name), \(recursive), \(blobGraceNs))")
+            _ = try await rows("SELECT stow_delete_namespace(stow_o(\(ns.name), \(ChangeOrigin.current)), \(recursive), \(blobGraceNs))")
         } catch StoreError.notEmpty {
             throw StoreError.notEmpty(.root)
         }
@@ -383,17 +383,17 @@ public final class PostgresMetadataStore: MetadataStore {
         try await node(
             ns, path,
             """
-            SELECT \(unescaped: Self.inodeColumns()) FROM stow_make_folder(\(ns.name), \(path.segments), \(attributes.mode.map(Int64.init)),
+            SELECT \(unescaped: Self.inodeColumns()) FROM stow_make_folder(stow_o(\(ns.name), \(ChangeOrigin.current)), \(path.segments), \(attributes.mode.map(Int64.init)),
                 \(attributes.uid.map(Int64.init)), \(attributes.gid.map(Int64.init)), \(parents), \(existOk))
             """)
     }
 
     public func removeFolder(_ ns: Namespace, _ path: StoragePath) async throws {
-        _ = try await rows("SELECT stow_remove_folder(\(ns.name), \(path.segments))")
+        _ = try await rows("SELECT stow_remove_folder(stow_o(\(ns.name), \(ChangeOrigin.current)), \(path.segments))")
     }
 
     public func removeFile(_ ns: Namespace, _ path: StoragePath, ifMatch: String?) async throws {
-        _ = try await rows("SELECT stow_remove_file(\(ns.name), \(path.segments), \(ifMatch), \(blobGraceNs))")
+        _ = try await rows("SELECT stow_remove_file(stow_o(\(ns.name), \(ChangeOrigin.current)), \(path.segments), \(ifMatch), \(blobGraceNs))")
     }
 
     public func rename(_ ns: Namespace, from: StoragePath, to: StoragePath, replace: Bool, exchange: Bool) async throws -> Node {
@@ -403,7 +403,7 @@ public final class PostgresMetadataStore: MetadataStore {
                 return try await node(
                     ns, to,
                     """
-                    SELECT \(unescaped: Self.inodeColumns()) FROM stow_rename(\(ns.name), \(from.segments), \(to.segments), \(replace), \(exchange),
+                    SELECT \(unescaped: Self.inodeColumns()) FROM stow_rename(stow_o(\(ns.name), \(ChangeOrigin.current)), \(from.segments), \(to.segments), \(replace), \(exchange),
                         \(to.isWithin(from) && to != from), \(from.isWithin(to)), \(blobGraceNs), \(exclusive))
                     """)
             } catch FolderMove.needsTreeLock where !exclusive {
@@ -420,7 +420,7 @@ public final class PostgresMetadataStore: MetadataStore {
         try await node(
             ns, path,
             """
-            SELECT \(unescaped: Self.inodeColumns()) FROM stow_make_node(\(ns.name), \(path.segments), \(kind.rawValue),
+            SELECT \(unescaped: Self.inodeColumns()) FROM stow_make_node(stow_o(\(ns.name), \(ChangeOrigin.current)), \(path.segments), \(kind.rawValue),
                 \(attributes.mode.map(Int64.init)), \(attributes.uid.map(Int64.init)), \(attributes.gid.map(Int64.init)), \(target),
                 \(rdev.map { Int64(bitPattern: $0) }))
             """)
@@ -429,7 +429,7 @@ public final class PostgresMetadataStore: MetadataStore {
     public func link(_ ns: Namespace, from: StoragePath, to: StoragePath) async throws -> Node {
         try await node(
             ns, to,
-            "SELECT \(unescaped: Self.inodeColumns()) FROM stow_link(\(ns.name), \(from.segments), \(to.segments))")
+            "SELECT \(unescaped: Self.inodeColumns()) FROM stow_link(stow_o(\(ns.name), \(ChangeOrigin.current)), \(from.segments), \(to.segments))")
     }
 
     public func patch(_ ns: Namespace, _ path: StoragePath, _ patch: FilePatch, ifMatch: String?) async throws -> Node {
@@ -437,7 +437,7 @@ public final class PostgresMetadataStore: MetadataStore {
         return try await node(
             ns, path,
             """
-            SELECT \(unescaped: Self.inodeColumns()) FROM stow_patch(\(ns.name), \(path.segments), \(Self.json(change))::jsonb, \(ifMatch))
+            SELECT \(unescaped: Self.inodeColumns()) FROM stow_patch(stow_o(\(ns.name), \(ChangeOrigin.current)), \(path.segments), \(Self.json(change))::jsonb, \(ifMatch))
             """)
     }
 
@@ -445,7 +445,7 @@ public final class PostgresMetadataStore: MetadataStore {
         try await node(
             ns, path,
             """
-            SELECT \(unescaped: Self.inodeColumns()) FROM stow_swap_blob(\(ns.name), \(path.segments), \(expectedBlob), \(newBlob.id),
+            SELECT \(unescaped: Self.inodeColumns()) FROM stow_swap_blob(stow_o(\(ns.name), \(ChangeOrigin.current)), \(path.segments), \(expectedBlob), \(newBlob.id),
                 \(newBlob.size), \(newBlob.sha256), \(inline.map { ByteBuffer(data: $0) }), \(mtimeNs), \(blobGraceNs))
             """)
     }
@@ -486,7 +486,7 @@ public final class PostgresMetadataStore: MetadataStore {
         try await node(
             upload.namespace, upload.path,
             """
-            SELECT \(unescaped: Self.inodeColumns()) FROM stow_publish(\(upload.id), \(upload.namespace.name), \(upload.path.segments),
+            SELECT \(unescaped: Self.inodeColumns()) FROM stow_publish(\(upload.id), stow_o(\(upload.namespace.name), \(ChangeOrigin.current)), \(upload.path.segments),
                 \(Self.json(PlaceDeclaration(upload, blob: blob)))::jsonb, \(blob.id), \(blob.size), \(blob.sha256), \(blobGraceNs))
             """)
     }
@@ -504,7 +504,7 @@ public final class PostgresMetadataStore: MetadataStore {
         let rows = try await rows(
             """
             SELECT idx, err_code, err_message, err_detail, \(unescaped: Self.inodeColumns("(node).")) FROM stow_publish_inline(
-                \(declarations)::jsonb[], \(bytes), \(blobGraceNs))
+                stow_o(\(declarations)::jsonb[], \(ChangeOrigin.current)), \(bytes), \(blobGraceNs))
             """)
         var results: [Result<Node, any Error>?] = Array(repeating: nil, count: files.count)
         for row in rows {

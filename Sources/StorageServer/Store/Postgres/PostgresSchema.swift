@@ -38,7 +38,7 @@ enum PostgresSchema {
         var statements: [String]
     }
 
-    static let migrations: [Migration] = [tables, functions, stagingLedger]
+    static let migrations: [Migration] = [tables, functions, stagingLedger, changeFeed]
 
     static let tables = Migration(
         version: 1, name: "tables",
@@ -844,6 +844,89 @@ enum PostgresSchema {
                     SELECT p_id, t.n, t.s, t.e FROM unnest(p_numbers, p_sizes, p_etags) AS t(n, s, e)
                     ON CONFLICT (upload_id, number) DO UPDATE SET size = EXCLUDED.size, etag = EXCLUDED.etag;
                 RETURN true;
+            END $$
+            """,
+        ])
+
+    /// The change feed (`ChangeFeed`): triggers on `entries`, `inodes` and `namespaces` record every
+    /// change in the transaction that makes it, with its transaction id; `stow_o` sets the origin
+    /// of the request for the transaction, as an argument of the mutation's own call (so it costs
+    /// no round trip, and runs before the function's body). kind: 0 an entry, 1 an inode, 2 the
+    /// namespace was deleted.
+    static let changeFeed = Migration(
+        version: 4, name: "change feed",
+        statements: [
+            """
+            CREATE TABLE changes (
+                id bigserial PRIMARY KEY,
+                xid bigint NOT NULL DEFAULT (pg_current_xact_id()::text::bigint),
+                namespace text COLLATE "C" NOT NULL,
+                kind smallint NOT NULL,
+                parent bigint,
+                name text COLLATE "C",
+                ino bigint NOT NULL,
+                removed boolean NOT NULL,
+                origin text,
+                at_ns bigint NOT NULL DEFAULT stow_now()
+            )
+            """,
+            "CREATE INDEX changes_by_namespace ON changes(namespace, xid, id)",
+            "CREATE INDEX changes_by_time ON changes(at_ns)",
+            "CREATE TABLE change_trim (id int PRIMARY KEY CHECK (id = 1), upto_xid bigint NOT NULL, upto_id bigint NOT NULL)",
+            """
+            CREATE FUNCTION stow_o(p_value anyelement, p_origin text) RETURNS anyelement LANGUAGE plpgsql VOLATILE AS $$
+            BEGIN
+                PERFORM set_config('stow.origin', coalesce(p_origin, ''), true);
+                RETURN p_value;
+            END $$
+            """,
+            """
+            CREATE FUNCTION stow_change_entry() RETURNS trigger LANGUAGE plpgsql AS $$
+            DECLARE r entries;
+            BEGIN
+                IF TG_OP = 'DELETE' THEN r := OLD; ELSE r := NEW; END IF;
+                INSERT INTO changes(namespace, kind, parent, name, ino, removed, origin)
+                    SELECT i.namespace, 0, r.parent, r.name, r.ino, TG_OP = 'DELETE', nullif(current_setting('stow.origin', true), '')
+                    FROM inodes i WHERE i.ino = r.parent;
+                RETURN NULL;
+            END $$
+            """,
+            """
+            CREATE FUNCTION stow_change_inode() RETURNS trigger LANGUAGE plpgsql AS $$
+            DECLARE r inodes;
+            BEGIN
+                IF TG_OP = 'DELETE' THEN r := OLD; ELSE r := NEW; END IF;
+                INSERT INTO changes(namespace, kind, ino, removed, origin)
+                    VALUES (r.namespace, 1, r.ino, TG_OP = 'DELETE', nullif(current_setting('stow.origin', true), ''));
+                RETURN NULL;
+            END $$
+            """,
+            """
+            CREATE FUNCTION stow_change_namespace() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                DELETE FROM changes WHERE namespace = OLD.name;
+                INSERT INTO changes(namespace, kind, ino, removed, origin)
+                    VALUES (OLD.name, 2, 0, true, nullif(current_setting('stow.origin', true), ''));
+                RETURN NULL;
+            END $$
+            """,
+            "CREATE TRIGGER changes_entries AFTER INSERT OR UPDATE OR DELETE ON entries FOR EACH ROW EXECUTE FUNCTION stow_change_entry()",
+            "CREATE TRIGGER changes_inodes AFTER UPDATE OR DELETE ON inodes FOR EACH ROW EXECUTE FUNCTION stow_change_inode()",
+            "CREATE TRIGGER changes_namespaces AFTER DELETE ON namespaces FOR EACH ROW EXECUTE FUNCTION stow_change_namespace()",
+            // Trims the changes recorded before p_before; the cursor below which readers are reset
+            // only moves up (several replicas may trim at once).
+            """
+            CREATE FUNCTION stow_trim_changes(p_before bigint) RETURNS bigint LANGUAGE plpgsql AS $$
+            DECLARE last_xid bigint; last_id bigint; n bigint;
+            BEGIN
+                WITH gone AS (DELETE FROM changes WHERE at_ns < p_before RETURNING xid, id)
+                    SELECT count(*), max(xid) INTO n, last_xid FROM gone;
+                IF n = 0 THEN RETURN 0; END IF;
+                last_id := 9223372036854775807;
+                INSERT INTO change_trim(id, upto_xid, upto_id) VALUES (1, last_xid, last_id)
+                    ON CONFLICT (id) DO UPDATE SET upto_xid = greatest(change_trim.upto_xid, EXCLUDED.upto_xid), upto_id = EXCLUDED.upto_id
+                    WHERE change_trim.upto_xid <= EXCLUDED.upto_xid;
+                RETURN n;
             END $$
             """,
         ])
