@@ -28,6 +28,7 @@ public final class FuseMount: @unchecked Sendable {
     public let mountpoint: String
     let logger: Logger
     private let exitRequested = Mutex(false)
+    private let notifier: FuseNotifier
     private var signalSources: [any DispatchSourceSignal] = []
 
     public struct MountError: Error, CustomStringConvertible {
@@ -61,6 +62,8 @@ public final class FuseMount: @unchecked Sendable {
         }
         session = created
         userdata = retained
+        notifier = FuseNotifier(session: created)
+        engine.setKernelNotifier(notifier)
     }
 
     /// The kernel's FUSE connection number of this mount (for /sys/fs/fuse/connections and the bdi).
@@ -107,6 +110,7 @@ public final class FuseMount: @unchecked Sendable {
         }
         if adapter.requestsInFlight > 0 { logger.warning("\(adapter.requestsInFlight) request(s) still in flight at unmount") }
         for s in signalSources { s.cancel() }
+        notifier.close()
         fuse_session_unmount(session)
         fuse_session_destroy(session)
         Unmanaged<FuseAdapter>.fromOpaque(userdata).release()

@@ -56,6 +56,9 @@ public enum MountRunner {
         storeConfig.requestTimeout = .seconds(15)
         storeConfig.retry = RetryPolicy(attempts: 2, baseDelay: .milliseconds(200))
         storeConfig.maxConnectionsPerHost = max(16, options.uploadParallelism * 2)
+        // Every request names this mount, so that it can pass over its own changes in the feed.
+        let origin = "m-" + UUID().uuidString.lowercased()
+        storeConfig.origin = origin
         let store = HTTPObjectStore(configuration: storeConfig)
         func cleanup() async {
             try? await store.shutdown()
@@ -80,6 +83,7 @@ public enum MountRunner {
             config.defaultGID = options.gid ?? getgid()
             config.umask = options.umask
             config.readOnly = options.readOnly || options.fuseOptions.contains("ro")
+            config.origin = origin
             let engine = try await StowFileSystem(configuration: config, store: store, logger: logger)
             await engine.start()
 
@@ -87,6 +91,7 @@ public enum MountRunner {
             let fsname = "stowfs:" + (options.namespace?.name ?? "all")
             let mount = try FuseMount(engine: engine, mountpoint: mountpoint, options: fuseOptions, fsname: fsname, logger: logger)
             mount.setReadAhead(kilobytes: 1024)
+            engine.startFollowingChanges()
             let leaveQueued = LeaveQueued()
             let control = ControlServer(engine: engine, mountpoint: mountpoint, logger: logger) { leave in
                 if leave { leaveQueued.set() }
@@ -114,6 +119,7 @@ public enum MountRunner {
                 let left = await engine.status().queue.files
                 logger.info("leaving \(left) file(s) queued for the next mount")
             }
+            await engine.stopFollowingChanges()
             await engine.stop()
             await cleanup()
             lock = nil

@@ -47,6 +47,12 @@ public struct MountConfiguration: Sendable {
     /// before failing with EIO (the upload stays queued). fsync and sync are not bounded by it.
     public var uploadWaitLimit: Duration = .seconds(60)
 
+    /// This mount's `Stow-Origin` (the store sends it with every request): its own changes in the
+    /// feed are passed over. nil: every change is applied.
+    public var origin: String?
+    /// How long one read of the change feed waits for changes (a long poll).
+    public var changeWait: Duration = .seconds(25)
+
     public init(scope: Scope, cacheDirectory: String) {
         self.scope = scope
         self.cacheDirectory = cacheDirectory

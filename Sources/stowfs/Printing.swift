@@ -92,6 +92,14 @@ enum StatusText {
         let hitRate = s.cache.hits + s.cache.misses > 0 ? Double(s.cache.hits) * 100 / Double(s.cache.hits + s.cache.misses) : 0
         lines.append(String(format: "  cache:   %@ of %@, %.0f%% hits", ByteSize.format(s.cache.bytes), ByteSize.format(s.cache.capacity), hitRate))
         lines.append("  open:    \(s.openFiles) handle(s), \(s.inodes) inode(s) known")
+        if let f = s.feed {
+            var line = "  feed:    " + (f.connected ? "connected" : "not connected")
+            if f.connected, let ago = f.secondsSinceAnswer { line += String(format: " (last answer %.1f s ago)", ago) }
+            line += ", \(f.applied) change(s) of others applied, \(f.echoes) of this mount's passed over"
+            if f.resets > 0 { line += ", \(f.resets) reset(s)" }
+            if !f.connected, let why = f.lastError { line += " — \(why)" }
+            lines.append(line)
+        }
         for item in q.items.prefix(20) {
             var l = "  \(item.state.padding(toLength: 9, withPad: " ", startingAt: 0)) \(item.path)  \(ByteSize.format(item.size))"
             if item.state == "uploading" && item.size > 0 { l += String(format: "  %.0f%%", Double(item.sent) * 100 / Double(item.size)) }

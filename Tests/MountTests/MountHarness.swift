@@ -58,6 +58,14 @@ final class MountedFS: @unchecked Sendable {
         stowd = child
     }
 
+    /// Mounts against `other`'s server instead of one of its own (a second machine's mount of
+    /// the same namespace).
+    func useServer(of other: MountedFS) {
+        endpoint = other.endpoint
+        port = other.port
+        caFile = other.caFile
+    }
+
     func stopServer() {
         stowd?.stop()
         stowd = nil
@@ -219,6 +227,27 @@ func withMount(_ body: (MountedFS) async throws -> Void) async throws {
         throw error
     }
     m.cleanup()
+}
+
+/// Two mounts of one namespace on one server, each with its own cache folder, as two machines
+/// would have: `a` starts the server, `b` uses it. Both are unmounted and the server stopped
+/// whatever happens. `extra`: more flags for both mounts.
+func withTwoMounts(extra: [String] = [], _ body: (MountedFS, MountedFS) async throws -> Void) async throws {
+    let a = MountedFS(), b = MountedFS()
+    do {
+        try a.startServer()
+        try a.mountFS(extra: extra)
+        b.useServer(of: a)
+        try b.mountFS(extra: extra)
+        try await body(a, b)
+    } catch {
+        for (label, m) in [("a", a), ("b", b)] where !m.logText.isEmpty { Issue.record("stowfs log of mount \(label):\n\(m.logText)") }
+        b.cleanup()
+        a.cleanup()
+        throw error
+    }
+    b.cleanup()
+    a.cleanup()
 }
 
 func sha256(_ bytes: [UInt8]) -> String { SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined() }

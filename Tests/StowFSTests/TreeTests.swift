@@ -67,6 +67,23 @@ struct EngineTreeTests {
         }
     }
 
+    @Test("a file renamed by another client shows under its new name once the listing is stale, and not under its old one")
+    func renamedElsewhere() async throws {
+        // Before the fix, the stale listing's refresh marked the inode unlinked because its old
+        // name was gone, while the new name pointed at the same inode: the new name said ENOENT.
+        try await withEngine(configure: { $0.attributeTTL = .milliseconds(200) }) { h in
+            try await h.write("a.txt", "moved")
+            await h.fs.sync()
+            #expect(try await h.names("").contains("a.txt"))
+            _ = try await h.fs.lookup(parent: .root, name: "a.txt")
+            _ = try await h.store.rename(ns, from: try StoragePath("a.txt"), to: try StoragePath("b.txt"), replace: false, exchange: false)
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(try await h.names("") == ["b.txt"])
+            await expectFS(.notFound) { _ = try await h.fs.lookup(parent: .root, name: "a.txt") }
+            #expect(try await h.read("b.txt") == Array("moved".utf8))
+        }
+    }
+
     @Test("mkdir and rmdir go to the server; a folder holding a file still owed is not empty")
     func folders() async throws {
         try await withEngine { h in

@@ -337,12 +337,19 @@ extension StowFileSystem {
             for name in recentlyRemoved.keys { names[name] = nil }
             if complete {
                 // Names gone from the server are gone here too — unless owed to it, or changed by this
-                // mount while the listing was on its way.
+                // mount while the listing was on its way. An inode the listing still names under
+                // another name was renamed (by another client): that name is its primary one now.
+                var listedAs: [InodeNumber: FileName] = [:]
+                for (name, child) in names where listedAs[child] == nil { listedAs[child] = name }
                 for (name, child) in dir.children where names[name] == nil {
                     if let c = s.inodes[child], !c.unlinked, c.hasLocalState || c.changedAt.map({ $0 >= started }) == true { continue }
                     dir.children[name] = nil
                     if var c = s.inodes[child], !c.hasLocalState {
-                        c.unlinked = true
+                        if let other = listedAs[child] {
+                            if c.parent == ino && c.name.isSameName(name.string) { c.name = other.string }
+                        } else {
+                            c.unlinked = true
+                        }
                         s.inodes[child] = c
                     }
                 }

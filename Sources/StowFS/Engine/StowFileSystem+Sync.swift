@@ -86,7 +86,7 @@ extension StowFileSystem {
     public func status() async -> MountStatus {
         let queue = await self.queue.status()
         let (inodes, open) = state.withLock { s in (s.inodes.count, s.handles.count) }
-        return MountStatus(queue: queue, cache: blocks.statistics, inodes: inodes, openFiles: open)
+        return MountStatus(queue: queue, cache: blocks.statistics, inodes: inodes, openFiles: open, feed: feedStatus)
     }
 
     /// Stops the background uploads (after `sync`, for a clean unmount).
@@ -101,6 +101,8 @@ public struct MountStatus: Codable, Sendable, Equatable {
     public var cache: BlockCache.Statistics
     public var inodes: Int
     public var openFiles: Int
+    /// The change feed (absent from a mount that does not follow one).
+    public var feed: FeedStatus?
 }
 
 /// `stowfs discard`: what the server refused is dropped on request, never on its own.

@@ -27,8 +27,19 @@ extension StowFileSystem {
     static let statusName = "user.stow.status"
     static let readOnlyNames: Set<String> = [idName, urlName, statusName]
 
+    /// The inode, its metadata refreshed from the server first when its attributes expired (or
+    /// the change feed said it changed).
+    func freshInode(_ ino: InodeNumber) async throws(FSError) -> InodeEntry {
+        let stale = try state.withLock { (s: inout State) throws(FSError) -> Bool in
+            let e = try inode(s, ino)
+            return !e.hasLocalState && e.validUntil <= .now && e.remote != nil
+        }
+        if stale { _ = try await getattr(ino) }
+        return try state.withLock { (s: inout State) throws(FSError) in try inode(s, ino) }
+    }
+
     public func listxattr(_ ino: InodeNumber) async throws(FSError) -> [String] {
-        let e = try state.withLock { (s: inout State) throws(FSError) in try inode(s, ino) }
+        let e = try await freshInode(ino)
         var names: [String] = []
         if !e.meta.tags.isEmpty { names.append(Self.tagsName) }
         names += e.meta.metadata.keys.map { "user." + $0 }.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
@@ -37,7 +48,7 @@ extension StowFileSystem {
 
     public func getxattr(_ ino: InodeNumber, name: String) async throws(FSError) -> [UInt8] {
         guard name.hasPrefix("user.") else { throw FSError.noAttribute }
-        let e = try state.withLock { (s: inout State) throws(FSError) in try inode(s, ino) }
+        let e = try await freshInode(ino)
         switch name {
         case Self.tagsName:
             guard !e.meta.tags.isEmpty else { throw FSError.noAttribute }

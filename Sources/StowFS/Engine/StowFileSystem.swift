@@ -47,6 +47,8 @@ public final class StowFileSystem: Sendable {
     /// Uploaded local copies, emptied for the next file.
     let cacheFiles = CacheFilePool()
     let streamSupport = StreamSupport()
+    /// The subscription to the namespace's change feed (`StowFileSystem+Changes`).
+    let feed = FeedState()
     let logger: Logger
     let state: Mutex<State>
     let filesDirectory: String
