@@ -148,21 +148,11 @@ final class MountedFS: @unchecked Sendable {
 
     @discardableResult
     func run(_ tool: String, _ args: [String], cwd: String? = nil) throws -> (status: Int32, out: String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: tool)
-        p.arguments = args
-        if let cwd { p.currentDirectoryURL = URL(fileURLWithPath: cwd, isDirectory: true) }
         var env = ProcessInfo.processInfo.environment
         env["STOWFS_TOKEN"] = mountToken
         env["LC_ALL"] = "C"
-        p.environment = env
-        let out = Pipe()
-        p.standardOutput = out
-        p.standardError = out
-        try p.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+        // Not Foundation's Process: it crashes now and then on Linux (see `Spawn`).
+        return try Spawn.run(tool, args, cwd: cwd, environment: env)
     }
 
     /// Runs a shell command (cwd: the test's work folder); fails the test with its output if it fails.
