@@ -18,14 +18,23 @@ struct ChangeFeedTests {
         return HTTPObjectStore(configuration: c)
     }
 
-    /// Every change after `cursor`, page by page (`limit`), until a page comes back empty.
-    static func drain(_ s: TestServer, from cursor: String, limit: Int = 1000) async throws -> (changes: [ChangeRecord], cursor: String) {
+    /// Every change after `cursor`, page by page (`limit`), until a page comes back empty and
+    /// `complete` holds for what came (looking again for up to 10 s): on PostgreSQL a reader sees
+    /// a change only once every transaction older than it ended, and under a full test run other
+    /// tests' transactions on the same cluster can hold it back a moment.
+    static func drain(
+        _ s: TestServer, from cursor: String, limit: Int = 1000, until complete: ([ChangeRecord]) -> Bool = { _ in true }
+    ) async throws -> (changes: [ChangeRecord], cursor: String) {
         var cursor = cursor, all: [ChangeRecord] = []
+        let deadline = ContinuousClock.now + .seconds(10)
         while true {
             let page = try await s.raw.send("GET", Routes.changes(testNamespace) + "?since=\(cursor)&limit=\(limit)").json(ChangesResponse.self)
             #expect(!page.reset)
             cursor = page.cursor
-            if page.changes.isEmpty { return (all, cursor) }
+            if page.changes.isEmpty {
+                if complete(all) || ContinuousClock.now > deadline { return (all, cursor) }
+                try await Task.sleep(for: .milliseconds(20))
+            }
             all += page.changes
         }
     }
@@ -51,7 +60,7 @@ struct ChangeFeedTests {
             try await a.delete(testNamespace, path("d/h"), ifMatch: nil)
             // Without an origin: a change made by someone else (curl).
             _ = try await s.admin.upload(.bytes(ByteBuffer(string: "again")), size: 5, to: testNamespace, path("d/g"))
-            let (changes, _) = try await Self.drain(s, from: start)
+            let (changes, _) = try await Self.drain(s, from: start) { $0.contains { $0.origin == nil } }
             let entries = changes.filter { $0.kind == .entry }.map { "\($0.removed ? "-" : "+")\($0.parent == root ? "/" : $0.parent == folder.inode ? "d/" : "?")\($0.name ?? "")" }
             #expect(entries.first == "+/d")
             for expected in ["+d/f", "-d/f", "+d/g", "+d/h", "-d/h"] { #expect(entries.contains(expected), "\(expected) in \(entries)") }
@@ -76,7 +85,7 @@ struct ChangeFeedTests {
             let odd = Self.client(s, origin: "no spaces allowed")
             defer { Task { try? await odd.shutdown() } }
             for i in 0..<30 { _ = try await odd.makeFolder(testNamespace, path("p\(i)"), FolderRequest()) }
-            let (changes, end) = try await Self.drain(s, from: start, limit: 7)
+            let (changes, end) = try await Self.drain(s, from: start, limit: 7) { $0.filter { $0.kind == .entry && !$0.removed }.count >= 30 }
             let made = changes.filter { $0.kind == .entry && !$0.removed }.compactMap(\.name)
             #expect(made == (0..<30).map { "p\($0)" })
             #expect(changes.allSatisfy { $0.origin == nil })
