@@ -27,6 +27,7 @@ extension FSError {
         case .badHandle: EBADF
         case .busy: EBUSY
         case .interrupted: EINTR
+        case .wouldBlock: EAGAIN
         case .fileTooLarge: EFBIG
         case .io: EIO
         }

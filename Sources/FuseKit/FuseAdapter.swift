@@ -151,6 +151,24 @@ final class FuseAdapter: Sendable {
     // MARK: - Files
 
     func create(_ req: FuseRequest, parent: InodeNumber, name: String, mode: UInt32, fileInfo: FileInfoBox) {
+        if fileInfo.pointer.pointee.flags & O_EXCL != 0 {
+            let caller = req.caller
+            // O_EXCL in a folder whose exclusive creates this mount holds: decided here.
+            do throws(FSError) {
+                if let (entry, file) = try engine.createExclusiveHere(parent: parent, name: name, mode: mode, caller: caller) {
+                    req.reply(create: entry, file: file, fileInfo: fileInfo.pointer)
+                    return
+                }
+            } catch {
+                req.reply(error: error)
+                return
+            }
+            // Elsewhere the name is taken on the server now, so that another mount's create fails.
+            respond(req, { () async throws(FSError) -> (Entry, OpenedFile) in
+                try await self.engine.createExclusive(parent: parent, name: name, mode: mode, caller: caller)
+            }) { r, v in r.reply(create: v.0, file: v.1, fileInfo: fileInfo.pointer) }
+            return
+        }
         // No server and no queue: answered here, without a task.
         do throws(FSError) {
             let (entry, file) = try engine.create(parent: parent, name: name, mode: mode, caller: req.caller)
@@ -209,10 +227,16 @@ final class FuseAdapter: Sendable {
         }
     }
 
-    func flush(_ req: FuseRequest, ino: InodeNumber, handle: UInt64) {
+    func flush(_ req: FuseRequest, ino: InodeNumber, handle: UInt64, lockOwner: UInt64) {
+        // A close releases the POSIX locks of its owner (the process): after the flush, before
+        // the answer, so that the same owner's next lock is not undone by this unlock.
+        let unlocks = engine.mayHoldLocks(ino, owner: lockOwner, kind: .posix)
         // A file streamed to the server: its last close waits for the server, as a task.
-        if engine.flushWaitsForServer(ino) {
-            respond(req, { () async throws(FSError) in try await self.engine.flush(ino, handle: handle) }) { r, _ in r.replyOK() }
+        if unlocks || engine.flushWaitsForServer(ino) {
+            respond(req, { () async throws(FSError) in
+                try await self.engine.flush(ino, handle: handle)
+                if unlocks { await self.engine.releaseLocks(ino, owner: lockOwner, kind: .posix) }
+            }) { r, _ in r.replyOK() }
             return
         }
         do {
@@ -223,8 +247,68 @@ final class FuseAdapter: Sendable {
         }
     }
 
-    func release(_ req: FuseRequest, ino: InodeNumber, handle: UInt64) {
-        respond(req, { () async throws(FSError) in await self.engine.release(ino, handle: handle) }) { r, _ in r.replyOK() }
+    /// The last close of an open file; `flockOwner`: the kernel says it held a `flock` lock.
+    func release(_ req: FuseRequest, ino: InodeNumber, handle: UInt64, flockOwner: UInt64?) {
+        respond(req, { () async throws(FSError) in
+            await self.engine.release(ino, handle: handle)
+            if let flockOwner { await self.engine.releaseLocks(ino, owner: flockOwner, kind: .flock) }
+        }) { r, _ in r.replyOK() }
+    }
+
+    // MARK: - Locks
+
+    /// F_SETLK / F_SETLKW (and OFD locks, which the kernel sends with the open file as owner).
+    func setlk(_ req: FuseRequest, ino: InodeNumber, owner: UInt64, lock: Glibc.flock, sleep: Bool) {
+        guard let fileLock = FuseConversions.fileLock(lock) else {
+            req.reply(errno: EINVAL)
+            return
+        }
+        interruptible(req) { () async throws(FSError) in try await self.engine.setLock(ino, owner: owner, kind: .posix, fileLock, wait: sleep) }
+    }
+
+    /// flock(2): LOCK_SH, LOCK_EX or LOCK_UN, with LOCK_NB not to wait.
+    func flock(_ req: FuseRequest, ino: InodeNumber, owner: UInt64, op: Int32) {
+        let type: LockType = op & LOCK_UN != 0 ? .unlock : op & LOCK_EX != 0 ? .write : .read
+        let lock = FileLock(type: type, start: 0, end: .max, pid: Int32(truncatingIfNeeded: req.caller.pid))
+        let wait = op & LOCK_NB == 0
+        interruptible(req) { () async throws(FSError) in try await self.engine.setLock(ino, owner: owner, kind: .flock, lock, wait: wait) }
+    }
+
+    /// F_GETLK: the lock in the way, or the asked lock with `F_UNLCK`.
+    func getlk(_ req: FuseRequest, ino: InodeNumber, owner: UInt64, lock: Glibc.flock) {
+        guard let fileLock = FuseConversions.fileLock(lock), fileLock.type != .unlock else {
+            req.reply(errno: EINVAL)
+            return
+        }
+        respond(req, { () async throws(FSError) -> FileLock? in try await self.engine.testLock(ino, owner: owner, kind: .posix, fileLock) }) { r, conflict in
+            var answer = FuseConversions.flock(answering: lock, with: conflict)
+            fuse_reply_lock(r.raw, &answer)
+        }
+    }
+
+    /// Runs `work` in a task the kernel can interrupt: a signal to the process waiting for the
+    /// answer (a `flock` or F_SETLKW that waits) cancels the task, and the answer is EINTR.
+    func interruptible(_ req: FuseRequest, op: String = #function, _ work: @escaping @Sendable () async throws(FSError) -> Void) {
+        inflight.withLock { $0 += 1 }
+        let canceller = Canceller()
+        // Registered before the task exists: the request lives until its answer, which the task
+        // sends; libfuse does not call this after the answer (nor during it).
+        fuse_req_interrupt_func(req.raw, { _, data in
+            guard let data else { return }
+            Unmanaged<Canceller>.fromOpaque(data).takeUnretainedValue().cancel()
+        }, Unmanaged.passUnretained(canceller).toOpaque())
+        let task = Task {
+            defer { self.inflight.withLock { $0 -= 1 } }
+            do throws(FSError) {
+                try await work()
+                req.replyOK()
+            } catch {
+                if self.logger.logLevel <= .debug { self.logger.debug("\(op): \(error)") }
+                req.reply(error: error)
+            }
+            withExtendedLifetime(canceller) {}
+        }
+        canceller.set(task)
     }
 
     func fsync(_ req: FuseRequest, ino: InodeNumber, handle: UInt64) {
@@ -314,6 +398,27 @@ final class FuseAdapter: Sendable {
 /// A `fuse_file_info` copied out of a callback, to answer open/create from a task.
 ///
 /// `@unchecked Sendable`: the box owns its copy; nothing else points at it.
+/// Cancels a request's task when the kernel interrupts the request (which may come first).
+final class Canceller: Sendable {
+    private let state = Mutex<(task: Task<Void, Never>?, cancelled: Bool)>((nil, false))
+
+    func set(_ task: Task<Void, Never>) {
+        let cancelled = state.withLock { s -> Bool in
+            s.task = task
+            return s.cancelled
+        }
+        if cancelled { task.cancel() }
+    }
+
+    func cancel() {
+        let task = state.withLock { s -> Task<Void, Never>? in
+            s.cancelled = true
+            return s.task
+        }
+        task?.cancel()
+    }
+}
+
 final class FileInfoBox: @unchecked Sendable {
     private let storage: UnsafeMutablePointer<fuse_file_info>
 

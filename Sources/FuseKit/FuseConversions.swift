@@ -50,6 +50,37 @@ enum FuseConversions {
         return p
     }
 
+    /// A POSIX lock from the kernel (libfuse turned its range into `l_start`, `l_len`; a length
+    /// of 0 is "to the end of the file"); nil for a type or range the kernel never sends.
+    static func fileLock(_ l: Glibc.flock) -> FileLock? {
+        let type: LockType
+        switch Int32(l.l_type) {
+        case F_RDLCK: type = .read
+        case F_WRLCK: type = .write
+        case F_UNLCK: type = .unlock
+        default: return nil
+        }
+        guard l.l_start >= 0, l.l_len >= 0 else { return nil }
+        let start = UInt64(l.l_start)
+        let end = l.l_len == 0 ? UInt64.max : start + UInt64(l.l_len) - 1
+        return FileLock(type: type, start: start, end: end, pid: l.l_pid)
+    }
+
+    /// F_GETLK's answer: the lock in the way, or `F_UNLCK` in the asked lock when none is.
+    static func flock(answering asked: Glibc.flock, with conflict: FileLock?) -> Glibc.flock {
+        var out = asked
+        guard let conflict else {
+            out.l_type = Int16(F_UNLCK)
+            return out
+        }
+        out.l_type = Int16(conflict.type == .write ? F_WRLCK : F_RDLCK)
+        out.l_whence = Int16(SEEK_SET)
+        out.l_start = off_t(min(conflict.start, UInt64(Int64.max)))
+        out.l_len = conflict.end >= UInt64(Int64.max) ? 0 : off_t(conflict.end - conflict.start + 1)
+        out.l_pid = conflict.pid
+        return out
+    }
+
     static func time(_ t: Glibc.timespec) -> TimeSpec {
         TimeSpec(nanoseconds: Int64(t.tv_sec) * 1_000_000_000 + Int64(t.tv_nsec))
     }

@@ -62,7 +62,7 @@ public final class FuseMount: @unchecked Sendable {
         }
         session = created
         userdata = retained
-        notifier = FuseNotifier(session: created)
+        notifier = FuseNotifier(session: created, logger: logger)
         engine.setKernelNotifier(notifier)
     }
 

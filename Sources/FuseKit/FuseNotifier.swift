@@ -1,6 +1,7 @@
 import CFuse
 import Dispatch
 import Foundation
+import Logging
 import StowFS
 import Synchronization
 
@@ -16,16 +17,19 @@ final class FuseNotifier: KernelNotifier, @unchecked Sendable {
     private let session: OpaquePointer
     private let queue = DispatchQueue(label: "stowfs.kernel-notify")
     private let closed = Mutex(false)
+    private let logger: Logger
 
-    init(session: OpaquePointer) {
+    init(session: OpaquePointer, logger: Logger) {
         self.session = session
+        self.logger = logger
     }
 
     func invalidateEntry(parent: InodeNumber, name: String) {
         queue.async { [self] in
             guard !closed.withLock({ $0 }) else { return }
             // A name the kernel does not have is no error (ENOENT): nothing to forget.
-            _ = name.withCString { fuse_lowlevel_notify_inval_entry(session, fuse_ino_t(parent), $0, name.utf8.count) }
+            let rc = name.withCString { fuse_lowlevel_notify_inval_entry(session, fuse_ino_t(parent), $0, name.utf8.count) }
+            if rc != 0 && rc != -ENOENT { logger.debug("notify_inval_entry(\(parent), \(name)): \(rc)") }
         }
     }
 
@@ -33,7 +37,21 @@ final class FuseNotifier: KernelNotifier, @unchecked Sendable {
         queue.async { [self] in
             guard !closed.withLock({ $0 }) else { return }
             // Offset 0, length 0: the attributes and every cached page.
-            _ = fuse_lowlevel_notify_inval_inode(session, fuse_ino_t(ino), 0, 0)
+            let rc = fuse_lowlevel_notify_inval_inode(session, fuse_ino_t(ino), 0, 0)
+            if rc != 0 && rc != -ENOENT { logger.debug("notify_inval_inode(\(ino)): \(rc)") }
+        }
+    }
+
+    func barrier(timeout: Duration) async {
+        // Resumed once: by the queue reaching it, or by the timer (a notification stuck in the
+        // kernel must not hold a lock's holder for ever).
+        let once = Mutex(false)
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            let resume: @Sendable () -> Void = {
+                if once.withLock({ done in defer { done = true }; return !done }) { c.resume() }
+            }
+            queue.async(execute: resume)
+            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(timeout.components.seconds * 1000)), execute: resume)
         }
     }
 

@@ -96,8 +96,20 @@ func makeOperations() -> fuse_lowlevel_ops {
     ops.write = { req, ino, buf, size, off, fi in
         adapter(req).write(FuseRequest(req), ino: ino, buffer: buf, size: size, offset: Int64(off), handle: fi?.pointee.fh ?? 0)
     }
-    ops.flush = { req, ino, fi in adapter(req).flush(FuseRequest(req), ino: ino, handle: fi?.pointee.fh ?? 0) }
-    ops.release = { req, ino, fi in adapter(req).release(FuseRequest(req), ino: ino, handle: fi?.pointee.fh ?? 0) }
+    ops.flush = { req, ino, fi in adapter(req).flush(FuseRequest(req), ino: ino, handle: fi?.pointee.fh ?? 0, lockOwner: fi?.pointee.lock_owner ?? 0) }
+    ops.release = { req, ino, fi in
+        let flockOwner = fi.map { $0.pointee.flock_release != 0 ? $0.pointee.lock_owner : nil } ?? nil
+        adapter(req).release(FuseRequest(req), ino: ino, handle: fi?.pointee.fh ?? 0, flockOwner: flockOwner)
+    }
+    // Locks shared with other mounts (libfuse asks the kernel for FUSE_CAP_POSIX_LOCKS and
+    // FUSE_CAP_FLOCK_LOCKS because these are set).
+    ops.getlk = { req, ino, fi, lock in
+        adapter(req).getlk(FuseRequest(req), ino: ino, owner: fi?.pointee.lock_owner ?? 0, lock: lock?.pointee ?? Glibc.flock())
+    }
+    ops.setlk = { req, ino, fi, lock, sleep in
+        adapter(req).setlk(FuseRequest(req), ino: ino, owner: fi?.pointee.lock_owner ?? 0, lock: lock?.pointee ?? Glibc.flock(), sleep: sleep != 0)
+    }
+    ops.flock = { req, ino, fi, op in adapter(req).flock(FuseRequest(req), ino: ino, owner: fi?.pointee.lock_owner ?? 0, op: op) }
     ops.fsync = { req, ino, _, fi in adapter(req).fsync(FuseRequest(req), ino: ino, handle: fi?.pointee.fh ?? 0) }
     ops.opendir = { req, ino, fi in adapter(req).opendir(FuseRequest(req), ino: ino, fileInfo: fi) }
     ops.readdir = { req, ino, size, off, fi in

@@ -120,6 +120,8 @@ public enum MountRunner {
                 logger.info("leaving \(left) file(s) queued for the next mount")
             }
             await engine.stopFollowingChanges()
+            // What was written is stored: the locks this mount holds go now, not at lease's end.
+            await engine.endLockSessions()
             await engine.stop()
             await cleanup()
             lock = nil

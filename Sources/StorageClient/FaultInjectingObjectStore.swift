@@ -15,13 +15,14 @@ import Synchronization
 public final class FaultInjectingObjectStore: ObjectStore {
     public enum Operation: String, Sendable, CaseIterable {
         case namespaces, createNamespace, deleteNamespace, record, list, update, delete, makeFolder, removeFolder, rename, makeNode, link
-        case startUpload, uploadedBytes, send, completeUpload, renewUpload, abandonUpload, signedURLs, read, uploadParts
+        case startUpload, uploadedBytes, send, completeUpload, renewUpload, abandonUpload, signedURLs, read, uploadParts, lock
     }
 
     private struct State {
         var failures: [Operation: [StorageError]] = [:]
         var failAfter: [Operation: Int] = [:]
         var drops: [Operation: Int] = [:]
+        var lostAnswers: [Operation: Int] = [:]
         var latency: [Operation: Duration] = [:]
         var defaultLatency: Duration = .zero
         var offline = false
@@ -51,6 +52,12 @@ public final class FaultInjectingObjectStore: ObjectStore {
     /// The next `count` sends (or streamed reads) deliver half their bytes, then fail as a dropped connection.
     public func dropHalfway(_ count: Int, of op: Operation = .send) {
         state.withLock { $0.drops[op, default: 0] += count }
+    }
+
+    /// The next `count` calls of `op` are carried out, then fail as if the answer were lost (a
+    /// server that died answering): so far for `completeUpload` (and so for one-request uploads).
+    public func loseAnswers(_ count: Int, of op: Operation) {
+        state.withLock { $0.lostAnswers[op, default: 0] += count }
     }
 
     /// Every call of `op` (or of every operation, when nil) waits this long first.
@@ -85,6 +92,16 @@ public final class FaultInjectingObjectStore: ObjectStore {
         }
         if delay > .zero { try await Task.sleep(for: delay) }
         if let failure { throw failure }
+    }
+
+    private func answer<T>(_ op: Operation, _ value: T) throws -> T {
+        let lose = state.withLock { s -> Bool in
+            guard let n = s.lostAnswers[op], n > 0 else { return false }
+            s.lostAnswers[op] = n - 1
+            return true
+        }
+        if lose { throw StorageError(.unavailable, "injected: the answer was lost") }
+        return value
     }
 
     private func takeDrop(_ op: Operation) -> Bool {
@@ -157,7 +174,7 @@ public final class FaultInjectingObjectStore: ObjectStore {
     }
     public func completeUpload(_ session: StartUploadResponse) async throws -> FileRecord {
         try await enter(.completeUpload)
-        return try await base.completeUpload(session)
+        return try answer(.completeUpload, try await base.completeUpload(session))
     }
     public func renewUpload(_ session: StartUploadResponse) async throws -> StartUploadResponse {
         try await enter(.renewUpload)
@@ -184,5 +201,23 @@ public final class FaultInjectingObjectStore: ObjectStore {
         let half = result.bytes.readableBytes / 2
         if half > 0, let slice = result.bytes.getSlice(at: result.bytes.readerIndex, length: half) { try consume(slice) }
         throw StorageError(.unavailable, "injected: connection dropped after \(half) bytes")
+    }
+
+    /// Lock calls are counted, failed and delayed as `.lock`.
+    public func renewLockSession(_ ns: Namespace, id: String) async throws -> LockSessionResponse {
+        try await enter(.lock)
+        return try await base.renewLockSession(ns, id: id)
+    }
+    public func endLockSession(_ ns: Namespace, id: String) async throws { try await enter(.lock); try await base.endLockSession(ns, id: id) }
+    public func lock(_ ns: Namespace, _ request: LockRequest) async throws -> LockResponse {
+        try await enter(.lock)
+        return try await base.lock(ns, request)
+    }
+    public func testLock(_ ns: Namespace, _ request: LockRequest) async throws -> LockResponse {
+        try await enter(.lock)
+        return try await base.testLock(ns, request)
+    }
+    public func changes(_ ns: Namespace, since: String?, wait: Duration) async throws -> ChangesResponse {
+        try await base.changes(ns, since: since, wait: wait)
     }
 }

@@ -485,6 +485,27 @@ public final class HTTPObjectStore: ObjectStore {
         return try decode(ChangesResponse.self, answer, expect: [200])
     }
 
+    // MARK: - Locks
+
+    public func renewLockSession(_ ns: Namespace, id: String) async throws -> LockSessionResponse {
+        try decode(LockSessionResponse.self, try await execute(makeRequest(.PUT, url(Routes.lockSession(ns, id)))), expect: [200])
+    }
+
+    public func endLockSession(_ ns: Namespace, id: String) async throws {
+        try expect(try await execute(makeRequest(.DELETE, url(Routes.lockSession(ns, id)))), [204])
+    }
+
+    /// Idempotent: the same request applied twice holds the same locks.
+    public func lock(_ ns: Namespace, _ request: LockRequest) async throws -> LockResponse {
+        let wait = Duration.milliseconds(request.waitMs ?? 0)
+        let answer = try await execute(makeRequest(.POST, url(Routes.locks(ns)), body: Self.json(request)), timeout: wait + configuration.requestTimeout)
+        return try decode(LockResponse.self, answer, expect: [200])
+    }
+
+    public func testLock(_ ns: Namespace, _ request: LockRequest) async throws -> LockResponse {
+        try decode(LockResponse.self, try await execute(makeRequest(.POST, url(Routes.testLock(ns)), body: Self.json(request))), expect: [200])
+    }
+
     // MARK: - Reads
 
     public func signedURLs(_ ns: Namespace, _ paths: [StoragePath], expiry: Int) async throws -> [SignedURL] {

@@ -42,6 +42,11 @@ public actor InMemoryObjectStore: ObjectStore {
     private var uploads: [String: Upload] = [:]
     private var nextInode: UInt64 = 16
     private var nextID = 0
+    /// Locks by namespace, inode and kind; sessions by namespace and id, with their expiry.
+    private var lockSets: [String: [HeldLock]] = [:]
+    private var lockSessions: [String: ContinuousClock.Instant] = [:]
+    /// How long a lock session lives without a renewal (stowd's `--lock-lease`).
+    public var lockLease: Duration = .seconds(20)
 
     public init() {}
 
@@ -467,5 +472,50 @@ public actor InMemoryObjectStore: ObjectStore {
         r = r.clamped(to: 0..<size)
         let bytes = n.content.getSlice(at: n.content.readerIndex + Int(r.lowerBound), length: Int(r.count)) ?? ByteBuffer()
         return ReadResult(bytes: bytes, etag: n.etag, totalSize: size)
+    }
+}
+
+// MARK: - Locks, with stowd's rules (`LockArithmetic`); waits poll every 2 ms.
+extension InMemoryObjectStore {
+    public func setLockLease(_ lease: Duration) { lockLease = lease }
+
+    private func liveLocks(_ key: String, _ ns: Namespace) -> [HeldLock] {
+        let now = ContinuousClock.now
+        return (lockSets[key] ?? []).filter { (lockSessions[ns.name + "/" + $0.session] ?? now) > now }
+    }
+
+    public func renewLockSession(_ ns: Namespace, id: String) async throws -> LockSessionResponse {
+        guard namespaceRoots[ns.name] != nil else { throw StorageError(.notFound, "no namespace `\(ns)`", status: 404) }
+        let now = ContinuousClock.now
+        let existed = (lockSessions[ns.name + "/" + id] ?? now) > now
+        lockSessions[ns.name + "/" + id] = now + lockLease
+        return LockSessionResponse(leaseSeconds: Int(lockLease.components.seconds), existed: existed)
+    }
+
+    public func endLockSession(_ ns: Namespace, id: String) async throws { lockSessions[ns.name + "/" + id] = nil }
+
+    public func lock(_ ns: Namespace, _ request: LockRequest) async throws -> LockResponse {
+        _ = try await renewLockSession(ns, id: request.session)
+        let deadline = ContinuousClock.now + .milliseconds(request.waitMs ?? 0)
+        while true {
+            let answer = apply(ns, request, test: false)
+            if answer.granted || ContinuousClock.now >= deadline { return answer }
+            try await Task.sleep(for: .milliseconds(2))
+        }
+    }
+
+    public func testLock(_ ns: Namespace, _ request: LockRequest) async throws -> LockResponse { apply(ns, request, test: true) }
+
+    private func apply(_ ns: Namespace, _ request: LockRequest, test: Bool) -> LockResponse {
+        let key = "\(ns.name)/\(request.ino)/\(request.kind.rawValue)"
+        var wanted = request.asHeld
+        if request.kind == .flock {
+            wanted.start = 0
+            wanted.end = .max
+        }
+        let held = liveLocks(key, ns)
+        if let conflict = LockArithmetic.conflict(held, wanted) { return LockResponse(granted: false, conflict: conflict) }
+        if !test { lockSets[key] = LockArithmetic.apply(held, wanted) }
+        return LockResponse(granted: true)
     }
 }

@@ -66,6 +66,16 @@ public protocol ObjectStore: Sendable {
     /// retry): the caller keeps what it got and asks again for the rest.
     func read(url: String, range: Range<Int64>, ifMatch: String?, consume: (ByteBuffer) throws -> Void) async throws -> Int64
 
+    // MARK: Locks (see `LockRequest`)
+    /// Starts or renews the lock session `id`.
+    func renewLockSession(_ ns: Namespace, id: String) async throws -> LockSessionResponse
+    /// Ends the session: its locks go.
+    func endLockSession(_ ns: Namespace, id: String) async throws
+    /// Takes, changes or releases a lock, waiting up to `waitMs` for one in the way.
+    func lock(_ ns: Namespace, _ request: LockRequest) async throws -> LockResponse
+    /// Whether the lock could be taken (F_GETLK).
+    func testLock(_ ns: Namespace, _ request: LockRequest) async throws -> LockResponse
+
     // MARK: The change feed
     /// The namespace's changes after `since` (nil: none, and the head to start from), waiting up
     /// to `wait` for some when there are none yet (a long poll).
@@ -73,6 +83,16 @@ public protocol ObjectStore: Sendable {
 }
 
 extension ObjectStore {
+    /// Stores that keep no locks: `.notFound` (a mount then leaves locks to the kernel, local).
+    public func renewLockSession(_ ns: Namespace, id: String) async throws -> LockSessionResponse {
+        throw StorageError(.notFound, "this store keeps no locks")
+    }
+    public func endLockSession(_ ns: Namespace, id: String) async throws { throw StorageError(.notFound, "this store keeps no locks") }
+    public func lock(_ ns: Namespace, _ request: LockRequest) async throws -> LockResponse { throw StorageError(.notFound, "this store keeps no locks") }
+    public func testLock(_ ns: Namespace, _ request: LockRequest) async throws -> LockResponse {
+        throw StorageError(.notFound, "this store keeps no locks")
+    }
+
     /// Stores without a change feed.
     public func changes(_ ns: Namespace, since: String?, wait: Duration) async throws -> ChangesResponse {
         throw StorageError(.notFound, "this store has no change feed")

@@ -15,6 +15,9 @@ public struct ChangeRecord: Codable, Sendable, Equatable {
         case inode
         /// The namespace was deleted (and may have been made again): forget everything of it.
         case namespace
+        /// Another client waits to create a name in folder `ino` exclusively: a mount holding
+        /// that folder's `names` lease stores what it made there and lets the lease go.
+        case recall
     }
 
     /// Where the feed stands after this change (opaque).

@@ -37,6 +37,11 @@ public enum Routes {
     public static func formUpload(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/upload/form" }
     /// The namespace's change feed (`?since=CURSOR&wait=SECONDS`, or `&stream=true` for SSE).
     public static func changes(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/changes" }
+    /// Take, change or release a lock (`LockRequest`); `locks/test` asks without taking (F_GETLK).
+    public static func locks(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/locks" }
+    public static func testLock(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/locks/test" }
+    /// A mount's lock session: PUT starts or renews it, DELETE ends it (its locks go with it).
+    public static func lockSession(_ ns: Namespace, _ id: String) -> String { "\(prefix)/v1.0/namespaces/\(ns)/locks/sessions/\(id)" }
     /// The header by which a client names itself on every request, so that it can tell its own
     /// changes in the feed (`ChangeRecord.origin`): 1–64 of `A-Z a-z 0-9 . _ -`.
     public static let originHeader = "Stow-Origin"

@@ -68,6 +68,8 @@ struct GarbageCollector: Service {
         service.metrics.gcDeletedBlobs.increment(by: Int64(deleted))
         // Changes older than the feed keeps (a reader that far behind is told to reset).
         _ = try await store.trimChanges(before: now - service.config.changeRetention * 1_000_000_000)
+        // Lock sets no live session holds a lock in, and sessions ended a lease ago.
+        _ = try await store.trimLocks(graceNs: service.config.lockLease * 1_000_000_000)
         return (uploads, deleted)
     }
 

@@ -43,6 +43,12 @@ public struct ServerConfiguration: Sendable {
     /// How often a reader of the change feed waiting for changes looks for ones another server
     /// made (its own it hears of at once).
     public var changePollInterval: Duration = .milliseconds(50)
+    /// How long a mount's lock session lives without a renewal, in seconds: a mount that dies
+    /// (or loses the network) holds its locks this long at most (`--lock-lease`).
+    public var lockLease: Int64 = 20
+    /// How often a lock request waiting for a lock looks whether another server released it (its
+    /// own releases wake it at once).
+    public var lockPollInterval: Duration = .milliseconds(10)
     /// How often the garbage collector runs.
     public var gcInterval: Duration = .seconds(60)
     /// The largest upload accepted, in bytes.

@@ -92,7 +92,9 @@ public final class StowServer: Sendable {
         let app = makeApplication(http: http, onListening: onListening)
         let group = ServiceGroup(
             configuration: .init(
-                services: [.init(service: app), .init(service: gc), .init(service: ChangeSignalCloser(signal: service.changeSignal))],
+                services: [.init(service: app), .init(service: gc), .init(service: ChangeSignalCloser(signal: service.changeSignal)),
+                    .init(service: ChangeSignalCloser(signal: service.lockSignal)),
+                ],
                 gracefulShutdownSignals: signals, logger: service.logger))
         self.group.withLock { $0 = group }
         defer { try? FileManager.default.removeItem(atPath: service.config.dataDirectory + "/stowd.url") }
@@ -162,6 +164,7 @@ public final class StowServer: Sendable {
         router.add(middleware: OriginMiddleware(signal: service.changeSignal))
         service.addUploadRoutes(to: router)
         service.addChangeRoutes(to: router)
+        service.addLockRoutes(to: router)
         if service.config.uploadExtensions { service.addBatchRoutes(to: router) }
         service.addFileRoutes(to: router)
         service.addNamespaceRoutes(to: router)

@@ -22,6 +22,8 @@ final class StowService: Sendable {
     let activeUploads = ActiveUploads()
     /// Wakes readers of the change feed after this server changed something.
     let changeSignal = ChangeSignal()
+    /// Wakes lock requests waiting for a lock after this server released or granted one.
+    let lockSignal = ChangeSignal()
     let copies: CopyTasks
     let logger: Logger
 

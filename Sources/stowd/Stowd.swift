@@ -53,6 +53,9 @@ struct Stowd: AsyncParsableCommand {
     @Option(help: "Seconds between garbage-collection passes.")
     var gcInterval: Int = 60
 
+    @Option(help: "Seconds a mount's lock session lives without renewal: the longest a dead mount's locks outlive it (2 to 3600).")
+    var lockLease: Int64 = 20
+
     @Option(help: "A host that uploads/copy may fetch from (repeatable; none by default).")
     var copyAllowHost: [String] = []
 
@@ -104,6 +107,7 @@ struct Stowd: AsyncParsableCommand {
             throw ValidationError("--tls-cert and --tls-key go together: give both to serve https, or neither for http")
         }
         guard uploadLinkLifetime > 0, gcInterval > 0 else { throw ValidationError("--upload-link-lifetime and --gc-interval must be positive") }
+        guard (2...3600).contains(lockLease) else { throw ValidationError("--lock-lease must be 2 to 3600 seconds") }
         _ = try s3Location()
         _ = try databaseLocation()
     }
@@ -158,6 +162,7 @@ struct Stowd: AsyncParsableCommand {
         config.maxUploadSize = ByteSize.parse(maxUploadSize) ?? config.maxUploadSize
         config.uploadLinkLifetime = uploadLinkLifetime
         config.gcInterval = .seconds(gcInterval)
+        config.lockLease = lockLease
         config.copyAllowedHosts = copyAllowHost
         config.metricsAccess = ServerConfiguration.MetricsAccess(rawValue: metricsAccess) ?? .open
         config.objectStore = try s3Location()

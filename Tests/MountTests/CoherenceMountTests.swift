@@ -2,25 +2,40 @@ import Foundation
 import StorageProtocol
 import Testing
 
-/// Two mounts of one namespace (two cache folders, one server), the attribute TTL set to 60 s:
+/// Two mounts of one namespace (two cache folders, one server), the attribute TTL set to 300 s:
 /// what mount A changes shows in mount B through the change feed, well before any TTL runs out.
 @Suite("several mounts: changes are pushed")
 struct CoherenceMountTests {
-    static let ttl = ["--attr-ttl", "60"]
-    /// Well inside the 60 s TTL, and generous for a loaded machine.
-    static let within: Duration = .seconds(10)
+    static let ttl = ["--attr-ttl", "300"]
+    /// Well inside the 300 s TTL, and generous for a loaded machine: in a full run the test
+    /// process's two cooperative threads are shared with mount tests that block them (a wait of
+    /// 10 s ran out once there; alone, under a CPU load, each change shows within a second).
+    static let within: Duration = .seconds(30)
 
     /// Polls `check` until it holds or `within` passes; returns how long it took, or nil.
     static func eventually(_ check: () throws -> Bool) async throws -> Duration? {
         let start = ContinuousClock.now
         while ContinuousClock.now - start < within {
             if try check() { return ContinuousClock.now - start }
-            try await Task.sleep(for: .milliseconds(20))
+            try await Task.sleep(for: .milliseconds(50))
         }
         return nil
     }
 
     static func read(_ path: String) -> String? { try? String(contentsOfFile: path, encoding: .utf8) }
+
+    /// An xattr's value, read with getfattr.
+    static func xattr(_ m: MountedFS, _ path: String, _ name: String) -> String? {
+        guard let r = try? m.run("/usr/bin/getfattr", ["--absolute-names", "--only-values", "-n", name, path]), r.status == 0 else { return nil }
+        return r.out
+    }
+
+    /// What B's mount says of itself, for a failure's message.
+    static func diagnosis(_ m: MountedFS) -> String {
+        let status = (try? m.stowfs(["status", m.mountpoint])) ?? "(no status)"
+        let log = m.logText.split(separator: "\n").suffix(40).joined(separator: "\n")
+        return "\(status)\nlog:\n\(log)"
+    }
 
     @Test("a file made, rewritten, renamed, chmodded, tagged and deleted through A shows in B, which had cached the old state")
     func everyKind() async throws {
@@ -51,9 +66,7 @@ struct CoherenceMountTests {
 
             // Tags (an xattr).
             try a.sh("setfattr -n user.tags -v red,blue \(a.mountpoint)/shared/f")
-            let tagged = try await Self.eventually {
-                try b.run("/usr/bin/getfattr", ["--absolute-names", "--only-values", "-n", "user.tags", b.mountpoint + "/shared/f"]).out == "red,blue"
-            }
+            let tagged = try await Self.eventually { Self.xattr(b, b.mountpoint + "/shared/f", "user.tags") == "red,blue" }
             #expect(tagged != nil, "B kept the old tags")
 
             // Renamed: the old name goes, the new one comes.
@@ -65,7 +78,8 @@ struct CoherenceMountTests {
 
             // Deleted.
             try a.sh("rm \(a.mountpoint)/shared/g")
-            #expect(try await Self.eventually { !fm.fileExists(atPath: b.mountpoint + "/shared/g") } != nil, "B still shows a deleted file")
+            let deleted = try await Self.eventually { !fm.fileExists(atPath: b.mountpoint + "/shared/g") }
+            #expect(deleted != nil, "B still shows a deleted file; B: \(Self.diagnosis(b))")
 
             // A made all of that: its feed passed its own changes over and applied none of B's.
             let status = try a.stowfs(["status", a.mountpoint, "--json"])
@@ -90,6 +104,62 @@ struct CoherenceMountTests {
                 !FileManager.default.fileExists(atPath: b.mountpoint + "/api.txt") && FileManager.default.fileExists(atPath: b.mountpoint + "/moved.txt")
             }
             #expect(seen != nil, "a rename made through the API did not show in B")
+        }
+    }
+
+    /// Two processes, one on each mount, race `open(O_CREAT|O_EXCL)` of one new name, `rounds`
+    /// times (a barrier starts each round); prints one line per round: who won.
+    static let exclusiveRace = #"""
+        import multiprocessing as mp, os, sys
+        a, b, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+        def racer(root, barrier, out):
+            wins = []
+            for i in range(rounds):
+                barrier.wait()
+                try:
+                    fd = os.open(os.path.join(root, "race", "n%d" % i), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                    os.write(fd, root.encode())
+                    os.close(fd)
+                    wins.append(1)
+                except FileExistsError:
+                    wins.append(0)
+            out.put((root, wins))
+        barrier, out = mp.Barrier(2), mp.Queue()
+        ps = [mp.Process(target=racer, args=(r, barrier, out)) for r in (a, b)]
+        for p in ps: p.start()
+        got = dict(out.get() for _ in ps)
+        for p in ps: p.join()
+        for i in range(rounds):
+            print(got[a][i], got[b][i])
+        """#
+
+    @Test("O_CREAT|O_EXCL of one name from two processes on two mounts: exactly one wins, 100 times in a row; a lock file made in A refuses B")
+    func exclusiveCreate() async throws {
+        try await withTwoMounts(extra: Self.ttl) { a, b in
+            try a.sh("mkdir \(a.mountpoint)/race")
+            // B lists the folder first: it has cached it empty, so only the server can say no.
+            #expect(try FileManager.default.contentsOfDirectory(atPath: b.mountpoint + "/race") == [])
+            let script = a.root + "/race.py"
+            try Self.exclusiveRace.write(toFile: script, atomically: true, encoding: .utf8)
+            let out = try a.sh("python3 \(script) \(a.mountpoint) \(b.mountpoint) 100")
+            let rounds = out.split(separator: "\n").map { $0.split(separator: " ").compactMap { Int($0) } }
+            #expect(rounds.count == 100, "\(out)")
+            let notOne = rounds.enumerated().filter { $0.element.reduce(0, +) != 1 }
+            #expect(notOne.isEmpty, "rounds without exactly one winner: \(notOne)")
+            let aWins = rounds.filter { $0.first == 1 }.count
+            // Each round's file holds its winner's mount path, on the server as in both mounts.
+            _ = try a.stowfs(["sync", a.mountpoint])
+            _ = try b.stowfs(["sync", b.mountpoint])
+            for (i, r) in rounds.enumerated().prefix(10) {
+                let winner = r.first == 1 ? a.mountpoint : b.mountpoint
+                #expect(String(decoding: try await a.storedBytes("race/n\(i)"), as: UTF8.self) == winner)
+            }
+            print("exclusive create: A won \(aWins) of 100 rounds")
+
+            // A lock file as shell scripts make one (noclobber opens with O_EXCL).
+            try a.sh("set -C; echo a > \(a.mountpoint)/race/lock")
+            _ = try b.sh("set -C; echo b > \(b.mountpoint)/race/lock", expectFailure: true)
+            #expect(Self.read(b.mountpoint + "/race/lock") == "a\n" || Self.read(b.mountpoint + "/race/lock") == "", "B's lock file")
         }
     }
 }

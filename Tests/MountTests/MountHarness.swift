@@ -222,10 +222,10 @@ func withMount(_ body: (MountedFS) async throws -> Void) async throws {
 /// Two mounts of one namespace on one server, each with its own cache folder, as two machines
 /// would have: `a` starts the server, `b` uses it. Both are unmounted and the server stopped
 /// whatever happens. `extra`: more flags for both mounts.
-func withTwoMounts(extra: [String] = [], _ body: (MountedFS, MountedFS) async throws -> Void) async throws {
+func withTwoMounts(extra: [String] = [], serverArguments: [String] = [], _ body: (MountedFS, MountedFS) async throws -> Void) async throws {
     let a = MountedFS(), b = MountedFS()
     do {
-        try a.startServer()
+        try a.startServer(extraArguments: serverArguments)
         try a.mountFS(extra: extra)
         b.useServer(of: a)
         try b.mountFS(extra: extra)

@@ -38,8 +38,20 @@ enum Spawn {
             for p in argv { free(p) }
             for p in envp { free(p) }
         }
+        // Signals as a new program expects them: default actions and none blocked. The test
+        // process ignores some (servers in it take SIGINT and SIGTERM themselves), and a child
+        // would inherit that: `timeout -s INT 1 flock …` could then never interrupt its flock.
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var all = sigset_t(), none = sigset_t()
+        sigfillset(&all)
+        sigemptyset(&none)
+        posix_spawnattr_setsigdefault(&attributes, &all)
+        posix_spawnattr_setsigmask(&attributes, &none)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
         var pid: pid_t = 0
-        let rc = posix_spawn(&pid, command[0], &actions, nil, argv, envp)
+        let rc = posix_spawn(&pid, command[0], &actions, &attributes, argv, envp)
         close(writeEnd)
         guard rc == 0 else {
             close(readEnd)

@@ -219,6 +219,8 @@ extension StowService {
         if let z = params.zerosFrom {
             guard !deferred, z >= 0, z <= size else { throw APIError.badRequest("`params.zeros_from` must be between 0 and `size` (and not with `defer_length`)") }
         }
+        // An exclusive create waits for a mount that decides the folder's exclusive creates itself.
+        if params.ifNoneMatch == "*" { try await awaitNamesLease(ns, path) }
         // Refuse now what complete would refuse anyway, so that no bytes are sent in vain.
         if precheck {
             do {

@@ -40,9 +40,22 @@ public protocol ChangeFeed: Sendable {
     /// The changes of `ns` after `cursor`, in order, at most `limit`; with no cursor, none and the
     /// feed's head.
     func changes(_ ns: Namespace, after cursor: ChangeCursor?, limit: Int) async throws -> ChangeBatch
+    /// A position every change committed so far is at or before: a reader whose cursor reached it
+    /// has read all of them. (SQLite: the head. PostgreSQL: the next transaction id, which the head
+    /// passes once every transaction that began before has ended.)
+    func changeFence(_ ns: Namespace) async throws -> ChangeCursor
+    /// Records a `recall` of folder `ino`'s `names` lease (with the request's origin), in commit order.
+    func recordRecall(_ ns: Namespace, folder ino: UInt64) async throws
     /// Drops the changes recorded before `nanoseconds` (a Unix time); a cursor from before the
     /// last change dropped is answered `reset`. Returns how many went.
     func trimChanges(before nanoseconds: Int64) async throws -> Int
+}
+
+extension ChangeFeed {
+    /// The head: where one writer commits in order, every committed change is at or before it.
+    public func changeFence(_ ns: Namespace) async throws -> ChangeCursor {
+        try await changes(ns, after: nil, limit: 1).cursor
+    }
 }
 
 /// The origin of the SQLite write transaction running now (one writer at a time).

@@ -12,7 +12,7 @@ public import StorageProtocol
 /// Two implementations: `SQLiteMetadataStore` (the default, in the data directory) and
 /// `PostgresMetadataStore` (`--database`, shared by several replicas). Routes and tests see only
 /// this protocol; the server's test suite runs on both.
-public protocol MetadataStore: StagingLedger, ChangeFeed {
+public protocol MetadataStore: StagingLedger, ChangeFeed, LockLedger {
     // MARK: life cycle
     /// Connects, checks and migrates the schema; called once before the server takes requests.
     func prepare() async throws

@@ -11,7 +11,7 @@ extension SQLiteMetadataStore {
         db.add(function: DatabaseFunction("stow_now", argumentCount: 0, pure: false) { _ in Timestamp.nowNanoseconds() })
     }
 
-    /// kind: 0 an entry, 1 an inode, 2 the namespace was deleted.
+    /// kind: 0 an entry, 1 an inode, 2 the namespace was deleted, 3 a recall (`recordRecall`).
     static func changeFeedMigration(_ db: Database) throws {
         try db.execute(
             sql: """
@@ -80,6 +80,15 @@ extension SQLiteMetadataStore {
         }
     }
 
+    public func recordRecall(_ ns: Namespace, folder ino: UInt64) async throws {
+        let origin = ChangeOrigin.current
+        try await write { db in
+            try db.executeCached(
+                sql: "INSERT INTO changes(namespace, kind, ino, removed, origin, at_ns) VALUES (?, 3, ?, 0, ?, ?)",
+                arguments: [ns.name, Int64(ino), origin, Timestamp.nowNanoseconds()])
+        }
+    }
+
     public func trimChanges(before nanoseconds: Int64) async throws -> Int {
         try await write { db in
             guard let upto = try Int64.fetchOne(try db.cachedStatement(sql: "SELECT max(seq) FROM changes WHERE at_ns < ?"), arguments: [nanoseconds])
@@ -95,7 +104,7 @@ extension SQLiteMetadataStore {
     /// A record of the feed from a row's columns (the kinds of `changeFeedMigration`).
     static func changeRecord(cursor: ChangeCursor, kind: Int64, parent: Int64?, name: String?, ino: Int64, removed: Bool, origin: String?) -> ChangeRecord {
         ChangeRecord(
-            cursor: cursor.text, kind: kind == 0 ? .entry : kind == 1 ? .inode : .namespace, parent: parent.map { UInt64($0) }, name: name,
+            cursor: cursor.text, kind: kind == 0 ? .entry : kind == 1 ? .inode : kind == 3 ? .recall : .namespace, parent: parent.map { UInt64($0) }, name: name,
             ino: UInt64(ino), removed: removed, origin: origin)
     }
 }

@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import Logging
 import StorageClient
 public import StorageProtocol
@@ -11,6 +14,12 @@ public protocol KernelNotifier: Sendable {
     func invalidateEntry(parent: InodeNumber, name: String)
     /// The kernel forgets the inode's attributes and cached pages.
     func invalidateInode(_ ino: InodeNumber)
+    /// Returns once what was asked before has been told to the kernel (or `timeout` passed).
+    func barrier(timeout: Duration) async
+}
+
+extension KernelNotifier {
+    public func barrier(timeout: Duration) async {}
 }
 
 /// What the kernel must forget after changes from the feed.
@@ -135,13 +144,46 @@ extension StowFileSystem {
         }
     }
 
+    /// After a lock was granted: reads the feed up to the grant's `fence` and drops what it names,
+    /// and returns once the kernel has forgotten it too — so that the new holder reads what the
+    /// previous one wrote. Without a followed feed or a fence, or when the feed does not get there
+    /// within 2 s, forgets everything cached instead.
+    func catchUp(_ ns: Namespace, to fence: String?) async {
+        let start = feed.value.withLock { v in v.status.connected ? v.status.cursor : nil }
+        if case .namespace = configuration.scope, let fence, let target = ChangeCursor(fence), var cursor = start {
+            let deadline = ContinuousClock.now + .seconds(2)
+            while ContinuousClock.now < deadline {
+                if let c = ChangeCursor(cursor), c >= target {
+                    await kernelBarrier()
+                    return
+                }
+                guard let answer = try? await store.changes(ns, since: cursor, wait: .zero), !answer.reset else { break }
+                notifyKernel(apply(answer.changes, counted: false))
+                if answer.changes.isEmpty && answer.cursor == cursor { try? await Task.sleep(for: .milliseconds(2)) }
+                cursor = answer.cursor
+            }
+            logger.info("lock taken: the change feed did not reach the grant's position; forgetting everything cached instead")
+        }
+        notifyKernel(forgetCached())
+        await kernelBarrier()
+    }
+
+    func kernelBarrier() async {
+        guard let notifier = feed.value.withLock({ $0.notifier }) else { return }
+        await notifier.barrier(timeout: .seconds(2))
+    }
+
     /// Drops from the caches what the changes name; returns what the kernel must forget.
-    func apply(_ changes: [ChangeRecord]) -> [KernelInvalidation] {
+    /// `counted`: the follower's own reads count in `stowfs status` (a lock's catch-up does not).
+    func apply(_ changes: [ChangeRecord], counted: Bool = true) -> [KernelInvalidation] {
         let own = configuration.origin
         var out: [KernelInvalidation] = []
         var seen = Set<KernelInvalidation>()
         func add(_ i: KernelInvalidation) { if seen.insert(i).inserted { out.append(i) } }
         var applied = 0, echoes = 0, reset = false
+        var recalls: [UInt64] = []
+        var released: [CacheFile] = []
+        defer { for f in released { giveBack(f) } }
         state.withLock { s in
             for c in changes {
                 if let own, c.origin == own {
@@ -152,11 +194,18 @@ extension StowFileSystem {
                 switch c.kind {
                 case .namespace:
                     reset = true
+                case .recall:
+                    // Another client waits to create a name here exclusively: from now on this
+                    // mount asks the server too, and lets the lease go once its files are stored.
+                    if let dir = s.byRemote[c.ino], s.inodes[dir]?.directory != nil { s.inodes[dir]?.directory?.madeHere = false }
+                    recalls.append(c.ino)
                 case .entry:
                     guard let parent = c.parent, let p = s.byRemote[parent], let name = c.name, s.inodes[p]?.directory != nil else { continue }
+                    if let child = s.inodes[p]?.directory?.children[name], let file = dropCleanCopy(&s, child) { released.append(file) }
                     if let child = s.inodes[p]?.directory?.children[name], let e = s.inodes[child], e.hasLocalState { continue }
                     s.inodes[p]?.directory?.validUntil = .now
                     s.inodes[p]?.directory?.negative[name] = nil
+                    s.inodes[p]?.directory?.madeHere = false
                     s.inodes[p]?.validUntil = .now
                     if let child = s.inodes[p]?.directory?.children[name], s.inodes[child]?.hasLocalState == false {
                         s.inodes[child]?.validUntil = .now
@@ -164,6 +213,7 @@ extension StowFileSystem {
                     add(.entry(parent: p, name: FileName(name)))
                     add(.inode(p))
                 case .inode:
+                    if let i = s.byRemote[c.ino], let file = dropCleanCopy(&s, i) { released.append(file) }
                     guard let i = s.byRemote[c.ino], let e = s.inodes[i], !e.hasLocalState else { continue }
                     s.inodes[i]?.validUntil = .now
                     if e.directory != nil { s.inodes[i]?.directory?.validUntil = .now }
@@ -171,25 +221,58 @@ extension StowFileSystem {
                 }
             }
         }
-        feed.value.withLock { v in
-            v.status.applied += applied
-            v.status.echoes += echoes
-            if reset { v.status.resets += 1 }
+        if counted {
+            feed.value.withLock { v in
+                v.status.applied += applied
+                v.status.echoes += echoes
+                if reset { v.status.resets += 1 }
+            }
+        }
+        if !recalls.isEmpty, case .namespace(let ns) = configuration.scope {
+            for folder in Set(recalls) { Task { await self.relinquishNamesLease(ns, folder: folder) } }
+        }
+        if logger.logLevel <= .debug && (applied > 0 || reset) {
+            logger.debug("change feed: \(applied) change(s) applied, \(echoes) echo(es); the kernel forgets \(out)")
         }
         return reset ? forgetCached() : out
+    }
+
+    /// A local copy the server has exactly (stored, closed, nothing owed) is no newer than the
+    /// server: another client's change must not be hidden behind it. It goes (and is returned, to
+    /// be given back to the pool once the state lock is let go).
+    func dropCleanCopy(_ s: inout State, _ ino: InodeNumber) -> CacheFile? {
+        guard var e = s.inodes[ino], e.remote != nil, let local = e.local, !local.dirty, local.writers == 0, local.stream == nil, local.heldUpload == nil,
+            e.upload == nil, e.olderUploads.isEmpty, e.submitting == 0
+        else { return nil }
+        e.local = nil
+        e.pageCacheETag = nil
+        s.inodes[ino] = e
+        return local.file
+    }
+
+    /// A copy dropped from an inode: emptied for the next file, unless a read still splices from it.
+    func giveBack(_ file: consuming CacheFile) {
+        var file = file
+        if isKnownUniquelyReferenced(&file) { cacheFiles.give(file) } else { Glibc.unlink(file.path) }
     }
 
     /// Forgets every cached attribute, listing and name (not local state); returns what the
     /// kernel must forget with it.
     func forgetCached() -> [KernelInvalidation] {
-        state.withLock { s in
+        var released: [CacheFile] = []
+        defer { for f in released { giveBack(f) } }
+        return state.withLock { s in
             var out: [KernelInvalidation] = []
+            for ino in Array(s.inodes.keys) {
+                if let file = dropCleanCopy(&s, ino) { released.append(file) }
+            }
             for (ino, e) in s.inodes where !e.hasLocalState {
                 s.inodes[ino]?.validUntil = .now
                 if let dir = e.directory {
                     s.inodes[ino]?.directory?.validUntil = .now
                     s.inodes[ino]?.directory?.complete = false
                     s.inodes[ino]?.directory?.negative = [:]
+                    s.inodes[ino]?.directory?.madeHere = false
                     for name in dir.children.keys { out.append(.entry(parent: ino, name: name)) }
                 }
                 out.append(.inode(ino))

@@ -13,12 +13,38 @@ extension StowFileSystem {
     /// Creates a regular file (local until its upload) and opens it for writing.
     /// Synchronous (no server, no queue): FuseKit answers it on the FUSE thread.
     public func create(parent: InodeNumber, name: String, mode: UInt32, caller: Caller) throws(FSError) -> (Entry, OpenedFile) {
+        guard let made = try create(parent: parent, name: name, mode: mode, caller: caller, exclusive: false) else { throw FSError.io("unreachable") }
+        return made
+    }
+
+    /// `O_CREAT|O_EXCL` decided here, without a round trip, in a folder whose exclusive creates
+    /// this mount holds: one it made, whose `names` lease it took (`takeNamesLease`), while the
+    /// change feed (which brings a recall) is connected. That is what `cp -r`, `tar x` and `rsync`
+    /// create into, and each uses O_EXCL for every file it makes. nil elsewhere, or once a recall
+    /// came: the server decides then (`createExclusive`). Checked under the state lock, with the
+    /// file made in the same step, so that a recall's `sync` sees every file made here.
+    public func createExclusiveHere(parent: InodeNumber, name: String, mode: UInt32, caller: Caller) throws(FSError) -> (Entry, OpenedFile)? {
+        guard feed.value.withLock({ $0.status.connected }) else { return nil }
+        return try create(parent: parent, name: name, mode: mode, caller: caller, exclusive: true)
+    }
+
+    private func create(parent: InodeNumber, name: String, mode: UInt32, caller: Caller, exclusive: Bool) throws(FSError) -> (Entry, OpenedFile)? {
         try Self.validate(name: name)
         guard !configuration.readOnly else { throw FSError.readOnly }
         let file = try cacheFiles.take(orCreateAt: newCacheFilePath())
-        return try state.withLock { (s: inout State) throws(FSError) -> (Entry, OpenedFile) in
+        return try state.withLock { (s: inout State) throws(FSError) -> (Entry, OpenedFile)? in
             let p = try inode(s, parent)
             guard p.kind == .directory else { throw FSError.notADirectory }
+            if exclusive {
+                guard let dir = p.directory, dir.madeHere, dir.complete else {
+                    cacheFiles.give(file)
+                    return nil
+                }
+                if let known = dir.children[FileName(name)], let k = s.inodes[known], !k.unlinked {
+                    cacheFiles.give(file)
+                    throw FSError.exists
+                }
+            }
             let location = try child(try self.location(s, parent), name)
             guard location.namespace != nil, !location.path.isRoot else { throw FSError.notPermitted }
             let ino = newLocalInode(&s)
@@ -51,6 +77,124 @@ extension StowFileSystem {
         }
     }
 
+    /// `O_CREAT|O_EXCL`: the name is made on the server when it is called — an empty file,
+    /// refused there if the name exists — so that of several mounts creating one name exactly one
+    /// succeeds, and lock files (`git`'s `index.lock`, `lockfile`, `set -C`) work across mounts.
+    /// The file is then a stored file open for writing; what is written goes the usual way.
+    ///
+    /// A create whose answer was lost (a replica that died answering) is looked for: a file of
+    /// that name with this create's exact mtime (nanoseconds, set by this call), size 0 and owner
+    /// is taken as this create's own.
+    public func createExclusive(parent: InodeNumber, name: String, mode: UInt32, caller: Caller) async throws(FSError) -> (Entry, OpenedFile) {
+        try Self.validate(name: name)
+        guard !configuration.readOnly else { throw FSError.readOnly }
+        let location = try state.withLock { (s: inout State) throws(FSError) -> Location in
+            let p = try inode(s, parent)
+            guard p.kind == .directory else { throw FSError.notADirectory }
+            // A file of this mount not stored yet: the server cannot know it.
+            if let known = p.directory?.children[FileName(name)], let k = s.inodes[known], !k.unlinked, k.hasLocalState { throw FSError.exists }
+            return try child(try self.location(s, parent), name)
+        }
+        guard let ns = location.namespace, !location.path.isRoot else { throw FSError.notPermitted }
+        let now = TimeSpec.now
+        let inferred = ContentTypes.infer(fileName: name)
+        let request = StartUploadRequest(
+            fileName: location.path.string, contentType: inferred == ContentTypes.fallback ? nil : inferred, size: 0,
+            params: UploadParams(
+                ifNoneMatch: "*", mode: mode & 0o7777, uid: caller.uid, gid: caller.gid, mtimeNs: now.nanoseconds, atimeNs: now.nanoseconds,
+                ctimeNs: now.nanoseconds))
+        if exclusiveOffline.withLock({ $0.map { $0 > .now } ?? false }) {
+            // The server did not answer the last one: decided here, as S12 allows any create.
+            return try create(parent: parent, name: name, mode: mode, caller: caller)
+        }
+        let record: FileRecord
+        do {
+            record = try await Self.within(Self.exclusiveCreateWait) { [store] in try await store.uploadDirect(ns, request, from: .bytes(ByteBuffer())) }
+        } catch let e as StorageError where e.kind == .preconditionFailed || e.kind == .exists || e.kind == .isADirectory {
+            forgetName(parent: parent, name: name)
+            throw FSError.exists
+        } catch {
+            // The answer may have been lost after the server made the file: is it this create's?
+            let found: Result<FileRecord, any Error>
+            do {
+                found = .success(try await Self.within(.seconds(2)) { [store] in try await store.record(ns, location.path) })
+            } catch {
+                found = .failure(error)
+            }
+            switch found {
+            case .success(let made) where made.kind == .file && made.size == 0 && made.mtimeNs == now.nanoseconds && made.uid == caller.uid:
+                record = made
+            case .success:
+                // Another client's.
+                forgetName(parent: parent, name: name)
+                throw FSError.exists
+            case .failure(let e as StorageError) where e.kind == .unavailable || e.kind == .cancelled:
+                guard let first = error as? StorageError, first.kind == .unavailable || first.kind == .cancelled else { throw FSError.from(error) }
+                // No answer in time (the server is away, or frozen): the file is made here, as
+                // any create is while the server is away (S12) — exclusive on this machine only.
+                logger.warning("exclusive create of \(location) decided here only: the server did not answer (\(first))")
+                exclusiveOffline.withLock { $0 = .now + .seconds(30) }
+                return try create(parent: parent, name: name, mode: mode, caller: caller)
+            case .failure:
+                throw FSError.from(error)
+            }
+        }
+        exclusiveOffline.withLock { $0 = nil }
+        let file = try cacheFiles.take(orCreateAt: newCacheFilePath())
+        return try state.withLock { (s: inout State) throws(FSError) -> (Entry, OpenedFile) in
+            guard s.inodes[parent] != nil else { throw FSError.notFound }
+            if let old = s.inodes[parent]?.directory?.children[FileName(name)], var o = s.inodes[old], o.remote?.ino != record.inode {
+                // A file we knew under this name is gone from the server (this create succeeded).
+                o.unlinked = true
+                s.inodes[old] = o
+            }
+            let ino = upsert(&s, record, parent: parent, name: name)
+            var e = s.inodes[ino]!
+            // The server has it as it is (empty): nothing to send unless it is written.
+            e.local = LocalContent(file: file, size: 0, dirty: false, writers: 1, frozen: false, heldUpload: nil)
+            e.local?.appendOnly = true
+            e.lookups += 1
+            e.openHandles += 1
+            e.changedAt = .now
+            s.inodes[ino] = e
+            touchDirectory(&s, parent)
+            let h = s.nextHandle
+            s.nextHandle += 1
+            s.handles[h] = Handle(ino: ino, writable: true, etag: nil, readAhead: ReadAhead(maxWindow: configuration.maxReadAheadBlocks), listing: nil)
+            return (entry(e), OpenedFile(handle: h, keepCache: true))
+        }
+    }
+
+    /// How long an exclusive create waits for the server before it decides here.
+    static let exclusiveCreateWait: Duration = .seconds(10)
+
+    /// `body`, or `StorageError.unavailable` when it takes longer than `limit` (it is cancelled).
+    static func within<T: Sendable>(_ limit: Duration, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+        try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask { try await body() }
+            group.addTask {
+                try await Task.sleep(for: limit)
+                return nil
+            }
+            defer { group.cancelAll() }
+            guard let first = try await group.next(), let value = first else {
+                throw StorageError(.unavailable, "no answer within \(limit)")
+            }
+            return value
+        }
+    }
+
+    /// After a create found the name taken on the server: this mount's negative entry for it (and
+    /// the kernel's) is wrong; the next lookup asks.
+    func forgetName(parent: InodeNumber, name: String) {
+        state.withLock { s in
+            s.inodes[parent]?.directory?.negative[FileName(name)] = nil
+            s.inodes[parent]?.directory?.validUntil = .now
+            s.inodes[parent]?.directory?.complete = false
+        }
+        notifyKernel([.entry(parent: parent, name: FileName(name))])
+    }
+
     func touchDirectory(_ s: inout State, _ ino: InodeNumber) {
         let now = TimeSpec.now
         s.inodes[ino]?.attributes.mtime = now
@@ -60,19 +204,30 @@ extension StowFileSystem {
     /// Opens a file. Writing to a stored file without `truncate` first brings its content here.
     public func open(_ ino: InodeNumber, write: Bool, truncate: Bool) async throws(FSError) -> OpenedFile {
         if let opened = try openHere(ino, write: write, truncate: truncate) { return opened }
+        // Close-to-open: attributes that expired (the TTL ran out, another client's change came
+        // through the feed, a lock was taken) are asked again, so the file is read in the version
+        // the server has now, not the one cached.
+        if state.withLock({ s in s.inodes[ino].map { Self.expired($0) } ?? false }) { _ = try await getattr(ino) }
+        if let opened = try openHere(ino, write: write, truncate: truncate, revalidate: false) { return opened }
         try await materialize(ino)
         return try openLocked(ino, write: write, truncate: truncate)
+    }
+
+    /// A stored file with nothing local whose attributes (and so its ETag) may be out of date.
+    static func expired(_ e: InodeEntry) -> Bool {
+        e.kind == .file && !e.hasLocalState && !e.unlinked && e.remote != nil && e.validUntil <= .now
     }
 
     /// Opens without waiting for anything, or answers nil when the file's content must come from
     /// the server first (writing to a stored file without truncating it). FuseKit calls it on the
     /// FUSE thread.
-    public func openHere(_ ino: InodeNumber, write: Bool, truncate: Bool) throws(FSError) -> OpenedFile? {
+    /// `revalidate`: nil also when the attributes expired (the server is asked first).
+    public func openHere(_ ino: InodeNumber, write: Bool, truncate: Bool, revalidate: Bool = true) throws(FSError) -> OpenedFile? {
         if write && configuration.readOnly { throw FSError.readOnly }
         let needsContent = try state.withLock { (s: inout State) throws(FSError) -> Bool in
             let e = try inode(s, ino)
             guard e.kind != .directory else { throw FSError.isADirectory }
-            return write && e.local == nil && !truncate && e.kind == .file
+            return write && e.local == nil && !truncate && e.kind == .file || revalidate && Self.expired(e)
         }
         if needsContent { return nil }
         return try openLocked(ino, write: write, truncate: truncate)
@@ -119,12 +274,43 @@ extension StowFileSystem {
         e.local = local
     }
 
-    /// Downloads a stored file's whole content into a local copy.
+    /// Downloads a stored file's whole content into a local copy. A file that got a new version
+    /// meanwhile (another client wrote it) is asked about again and the new version downloaded.
     func materialize(_ ino: InodeNumber) async throws(FSError) {
+        for attempt in 0..<3 {
+            do throws(FSError) {
+                let (file, size) = try await download(ino)
+                state.withLock { s in
+                    guard var e = s.inodes[ino], e.local == nil else { return }
+                    e.local = LocalContent(file: file, size: size, dirty: false, writers: 0, frozen: false, heldUpload: nil)
+                    s.inodes[ino] = e
+                }
+                return
+            } catch {
+                guard case .io(let why) = error, why.hasPrefix(Self.newVersion), attempt < 2 else { throw error }
+                expire(ino)
+                _ = try await getattr(ino)
+            }
+        }
+    }
+
+    static let newVersion = "changed: "
+
+    /// Marks an inode's attributes as expired, so that the next use asks the server.
+    func expire(_ ino: InodeNumber) {
+        state.withLock { s in s.inodes[ino]?.validUntil = .now }
+    }
+
+    /// The content of the version the inode names now, in a new cache file, and its size.
+    private func download(_ ino: InodeNumber) async throws(FSError) -> (CacheFile, Int64) {
         let (location, etag, size) = try state.withLock { (s: inout State) throws(FSError) -> (Location, String?, Int64) in
             let e = try inode(s, ino)
             return (try self.location(s, ino), e.remote?.etag, Int64(e.attributes.size))
         }
+        return (try await download(location, etag: etag, size: size), size)
+    }
+
+    private func download(_ location: Location, etag: String?, size: Int64) async throws(FSError) -> CacheFile {
         let file = try CacheFile(path: newCacheFilePath(), truncate: true)
         if size > 0, let etag {
             try await fetchStream(location, etag: etag, range: 0..<size) { $0 } write: { chunk, offset throws(FSError) in
@@ -135,10 +321,56 @@ extension StowFileSystem {
             }
         }
         try file.truncate(to: size)
-        state.withLock { s in
-            guard var e = s.inodes[ino], e.local == nil else { return }
-            e.local = LocalContent(file: file, size: size, dirty: false, writers: 0, frozen: false, heldUpload: nil)
-            s.inodes[ino] = e
+        return file
+    }
+
+    /// After a lock was taken: a local copy of the locked file that holds nothing of its own (made
+    /// by an open for writing before the lock, nothing written yet) may be older than the server's
+    /// file — the previous holder's last write. It is brought up to date, so the holder reads and
+    /// changes the version the lock protects.
+    func refreshCleanCopy(_ ino: InodeNumber) async throws(FSError) {
+        try await lockedInode(ino) { () async throws(FSError) in
+            for attempt in 0..<3 {
+                let target = try state.withLock { (s: inout State) throws(FSError) -> (Location, RemoteInfo)? in
+                    guard let e = s.inodes[ino], let local = e.local, e.kind == .file, let remote = e.remote, !e.unlinked,
+                        !local.dirty, local.stream == nil, local.heldUpload == nil, !local.frozen, e.upload == nil, e.olderUploads.isEmpty,
+                        e.submitting == 0
+                    else { return nil }
+                    return (try self.location(s, ino), remote)
+                }
+                guard let (location, remote) = target, let ns = location.namespace else { return }
+                let record = try await self.remote { try await store.record(ns, location.path) }
+                // The same file, in the version this copy is of: nothing to do. Another file under
+                // the name (replaced by a rename): the descriptor keeps the file it opened.
+                guard record.inode == remote.ino, record.etag != remote.etag, record.kind == .file else { return }
+                do throws(FSError) {
+                    let file = try await download(location, etag: record.etag, size: record.size)
+                    let old = state.withLock { s -> CacheFile? in
+                        guard var e = s.inodes[ino], var local = e.local, !local.dirty, e.remote == remote else { return nil }
+                        let old = local.file
+                        local.file = file
+                        local.size = record.size
+                        local.changes &+= 1
+                        e.local = local
+                        e.attributes = attributes(record, ino: ino)
+                        e.remote = RemoteInfo(ino: record.inode, etag: record.etag, id: record.id)
+                        e.meta = FileMeta(tags: record.tags, metadata: record.metadata, contentType: record.contentType, isPublic: record.isPublic, target: record.target)
+                        e.validUntil = .now + configuration.attributeTTL
+                        s.inodes[ino] = e
+                        return old
+                    }
+                    guard let old else {
+                        giveBack(file)
+                        return
+                    }
+                    giveBack(old)
+                    notifyKernel([.inode(ino)])
+                    await kernelBarrier()
+                    return
+                } catch {
+                    guard case .io(let why) = error, why.hasPrefix(Self.newVersion), attempt < 2 else { throw error }
+                }
+            }
         }
     }
 
@@ -320,7 +552,7 @@ extension StowFileSystem {
             do {
                 return try await store.read(url: url, range: range, ifMatch: etag, consume: consume)
             } catch let e as StorageError where e.kind == .preconditionFailed {
-                throw FSError.io("changed: \(location) has a new version")
+                throw FSError.io(Self.newVersion + "\(location) has a new version")
             } catch let e as StorageError where e.kind == .forbidden {
                 lastError = FSError(e)
                 urls.forget(location)
@@ -405,6 +637,9 @@ extension StowFileSystem {
             var e = try inode(s, ino)
             guard e.local != nil else { throw FSError.io("no local copy to write to") }
             try ensureWritable(&e)
+            // Changed from now on, before the bytes land: nothing that swaps or drops a clean copy
+            // (`refreshCleanCopy`, `dropCleanCopy`) may take the file this write goes into.
+            e.local!.changed()
             s.inodes[ino] = e
             return e.local!.file
         }

@@ -86,7 +86,7 @@ extension StowFileSystem {
     public func status() async -> MountStatus {
         let queue = await self.queue.status()
         let (inodes, open) = state.withLock { s in (s.inodes.count, s.handles.count) }
-        return MountStatus(queue: queue, cache: blocks.statistics, inodes: inodes, openFiles: open, feed: feedStatus)
+        return MountStatus(queue: queue, cache: blocks.statistics, inodes: inodes, openFiles: open, feed: feedStatus, locks: lockStatus)
     }
 
     /// Stops the background uploads (after `sync`, for a clean unmount).
@@ -103,6 +103,8 @@ public struct MountStatus: Codable, Sendable, Equatable {
     public var openFiles: Int
     /// The change feed (absent from a mount that does not follow one).
     public var feed: FeedStatus?
+    /// Locks shared with other mounts (absent in answers of an older stowfs).
+    public var locks: LockStatus?
 }
 
 /// `stowfs discard`: what the server refused is dropped on request, never on its own.

@@ -26,12 +26,15 @@ extension StowFileSystem {
         let record = try await remote {
             try await store.makeFolder(ns, location.path, FolderRequest(mode: mode & 0o7777, uid: caller.uid, gid: caller.gid, parents: false, existOk: false))
         }
+        // Its exclusive creates are this mount's to decide while no other client asks for one
+        // (`cp -r` and `tar x` create every file with O_EXCL).
+        let leased = await takeNamesLease(ns, folder: record.inode)
         return state.withLock { s in
             let ino = upsert(&s, record, parent: parent, name: name)
             s.inodes[ino]?.lookups += 1
             s.inodes[ino]?.changedAt = .now
             // Just made: it is known to be empty, so lookups in it need not ask the server.
-            s.inodes[ino]?.directory = DirectoryState(children: [:], complete: true, validUntil: .now + configuration.attributeTTL)
+            s.inodes[ino]?.directory = DirectoryState(children: [:], complete: true, validUntil: .now + configuration.attributeTTL, madeHere: leased)
             s.inodes[parent]?.attributes.nlink += 1
             touchDirectory(&s, parent)
             return entry(s.inodes[ino]!)

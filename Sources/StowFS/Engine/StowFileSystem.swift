@@ -49,6 +49,10 @@ public final class StowFileSystem: Sendable {
     let streamSupport = StreamSupport()
     /// The subscription to the namespace's change feed (`StowFileSystem+Changes`).
     let feed = FeedState()
+    /// Locks shared with other mounts (`StowFileSystem+Locks`).
+    let locks: LockState
+    /// Until when exclusive creates are decided here without asking (the server did not answer one).
+    let exclusiveOffline = Mutex<ContinuousClock.Instant?>(nil)
     let logger: Logger
     let state: Mutex<State>
     let filesDirectory: String
@@ -104,6 +108,10 @@ public final class StowFileSystem: Sendable {
         var complete = false
         var validUntil: ContinuousClock.Instant = .now
         var negative: [FileName: ContinuousClock.Instant] = [:]
+        /// Made by this mount, which holds its `names` lease, and no recall nor change of another
+        /// client seen in it since (through the change feed): exclusive creates in it are decided
+        /// here (see `createExclusiveHere`).
+        var madeHere = false
     }
 
     struct InodeEntry: Sendable {
@@ -162,6 +170,7 @@ public final class StowFileSystem: Sendable {
         self.configuration = configuration
         self.store = store
         self.logger = logger
+        locks = LockState(sessionID: configuration.origin)
         let dir = configuration.cacheDirectory
         filesDirectory = dir + "/files"
         try FileManager.default.createDirectory(atPath: filesDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])

@@ -24,6 +24,8 @@ public enum FSError: Error, Sendable, Equatable, CustomStringConvertible {
     case badHandle
     case busy
     case interrupted
+    /// A lock held by another owner, and the caller would not wait (EAGAIN).
+    case wouldBlock
     /// Beyond the largest file StowFS keeps (EFBIG).
     case fileTooLarge
     /// The server could not be reached or kept failing (EIO). A write is never dropped for it.
@@ -52,6 +54,7 @@ public enum FSError: Error, Sendable, Equatable, CustomStringConvertible {
         case .badHandle: "bad file handle"
         case .busy: "busy"
         case .interrupted: "interrupted"
+        case .wouldBlock: "held by another owner"
         case .io(let why): "I/O error: \(why)"
         }
     }

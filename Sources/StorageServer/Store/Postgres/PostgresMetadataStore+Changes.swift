@@ -47,8 +47,21 @@ extension PostgresMetadataStore {
         return ChangeBatch(changes: changes, cursor: next, reset: false)
     }
 
+    public func recordRecall(_ ns: Namespace, folder ino: UInt64) async throws {
+        _ = try await rows(
+            "INSERT INTO changes(namespace, kind, ino, removed, origin) VALUES (\(ns.name), 3, \(Int64(ino)), false, \(ChangeOrigin.current))")
+    }
+
     public func trimChanges(before nanoseconds: Int64) async throws -> Int {
         let r = try await rows("SELECT stow_trim_changes(\(nanoseconds)) AS n")
         return Int(try r.first?["n"].decode(Int64.self) ?? 0)
+    }
+
+    /// The next transaction id: every transaction that committed before has a smaller one, and
+    /// the head (`pg_snapshot_xmin`) passes it once every transaction that began before has ended.
+    public func changeFence(_ ns: Namespace) async throws -> ChangeCursor {
+        let r = try await rows("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax")
+        guard let xmax = try r.first?["xmax"].decode(Int64.self) else { throw StoreError.unavailable("the database answered no snapshot") }
+        return ChangeCursor(major: xmax, minor: 0)
     }
 }

@@ -38,7 +38,7 @@ enum PostgresSchema {
         var statements: [String]
     }
 
-    static let migrations: [Migration] = [tables, functions, stagingLedger, changeFeed]
+    static let migrations: [Migration] = [tables, functions, stagingLedger, changeFeed, locks]
 
     static let tables = Migration(
         version: 1, name: "tables",
@@ -928,6 +928,31 @@ enum PostgresSchema {
                     WHERE change_trim.upto_xid <= EXCLUDED.upto_xid;
                 RETURN n;
             END $$
+            """,
+        ])
+
+    /// Advisory locks shared by mounts (`LockLedger`): a record per lock set, its locks as JSON,
+    /// changed by compare-and-swap on a random version; sessions with leases on the database's clock.
+    static let locks = Migration(
+        version: 5, name: "locks",
+        statements: [
+            """
+            CREATE TABLE lock_sets (
+                namespace text COLLATE "C" NOT NULL,
+                ino bigint NOT NULL,
+                kind text NOT NULL,
+                version bigint NOT NULL,
+                locks text NOT NULL,
+                PRIMARY KEY (namespace, ino, kind)
+            )
+            """,
+            """
+            CREATE TABLE lock_sessions (
+                namespace text COLLATE "C" NOT NULL,
+                id text COLLATE "C" NOT NULL,
+                expires_ns bigint NOT NULL,
+                PRIMARY KEY (namespace, id)
+            )
             """,
         ])
 }
