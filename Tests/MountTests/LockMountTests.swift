@@ -157,4 +157,43 @@ struct LockMountTests {
         }
         return false
     }
+
+    @Test("git in one mount while another reads the repository: both stay consistent (git fsck), and each sees the other's commits")
+    func git() async throws {
+        try await withTwoMounts { a, b in
+            let git = "GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@example.com GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@example.com git"
+            let commits = { (m: MountedFS, from: Int, to: Int) in
+                "cd \(m.mountpoint)/repo && for i in $(seq \(from) \(to)); do echo $i > f$i; \(git) add f$i && \(git) commit -qm c$i || exit 1; done"
+            }
+            try a.sh("cd \(a.mountpoint) && git init -q -b main repo && " + commits(a, 1, 3))
+            _ = try a.stowfs(["sync", a.mountpoint])
+            #expect(try b.sh("cd \(b.mountpoint)/repo && git log --oneline | wc -l") == "3")
+            try b.sh("cd \(b.mountpoint)/repo && git fsck --strict --no-progress")
+
+            // A commits while B reads the history over and over: every log B gets is whole.
+            let out = try a.sh(
+                """
+                ( \(commits(a, 4, 12)) ) > \(a.root)/commits.log 2>&1 & pa=$!
+                bad=0
+                while kill -0 $pa 2>/dev/null; do
+                    (cd \(b.mountpoint)/repo && git log --oneline > /dev/null 2>&1) || bad=$((bad + 1))
+                done
+                wait $pa; echo "commits: $?"; echo "failed logs in B: $bad"
+                """)
+            #expect(out.contains("commits: 0"), "\(out) \((try? String(contentsOfFile: a.root + "/commits.log", encoding: .utf8)) ?? "")")
+            _ = try a.stowfs(["sync", a.mountpoint])
+            let seen = try await Self.eventually { (try? b.sh("cd \(b.mountpoint)/repo && git log --oneline | wc -l")) == "12" }
+            let log = (try? b.sh("cd \(b.mountpoint)/repo && git log --oneline")) ?? ""
+            #expect(seen, "B never saw A's twelve commits: \(log)")
+            try b.sh("cd \(b.mountpoint)/repo && git fsck --strict --no-progress")
+
+            // And back: B commits (its index.lock recalls A's lease on .git), A sees it.
+            try b.sh(commits(b, 13, 14))
+            _ = try b.stowfs(["sync", b.mountpoint])
+            let back = try await Self.eventually { (try? a.sh("cd \(a.mountpoint)/repo && git log --oneline | wc -l")) == "14" }
+            #expect(back, "A never saw B's commits")
+            try a.sh("cd \(a.mountpoint)/repo && git fsck --strict --no-progress && git status --porcelain | wc -l")
+            print("git across mounts: \(out.split(separator: "\n").last ?? "")")
+        }
+    }
 }

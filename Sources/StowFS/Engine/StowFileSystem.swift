@@ -324,8 +324,13 @@ public final class StowFileSystem: Sendable {
         {
             e.remote = RemoteInfo(ino: r.inode, etag: e.remote?.etag ?? r.etag, id: r.id)
             s.inodes[ino] = e
-            s.inodes[parent]?.directory?.children[name] = ino
-            s.inodes[parent]?.directory?.negative[name] = nil
+            // The name too only if it is still the inode's name here: one this mount renamed or
+            // removed after the record was observed (a listing on its way while an rsync renamed
+            // its temp file) must not come back.
+            if !e.unlinked && e.parent == parent && e.name.isSameName(name) {
+                s.inodes[parent]?.directory?.children[name] = ino
+                s.inodes[parent]?.directory?.negative[name] = nil
+            }
             return ino
         }
         if let ino = s.byRemote[r.inode], var e = s.inodes[ino], e.kind == r.kind {
