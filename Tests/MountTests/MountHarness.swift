@@ -88,7 +88,9 @@ final class MountedFS: @unchecked Sendable {
         p.standardError = log
         try p.run()
         mount = p
-        for _ in 0..<300 {
+        // Up to 60 s: in a full run another test's loop-device ext4 can stall the machine's mounts
+        // and disk for many seconds (a mount took over 15 s once).
+        for _ in 0..<1200 {
             if Self.isMounted(mountpoint) { return }
             if !p.isRunning { throw Failure("stowfs exited: \(logText)") }
             usleep(50_000)

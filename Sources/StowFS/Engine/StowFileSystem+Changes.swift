@@ -114,7 +114,9 @@ extension StowFileSystem {
                     logger.info("change feed: reset (changes were missed); forgetting what was cached")
                     forget = forgetCached()
                 } else if cursor != nil {
-                    forget = apply(answer.changes)
+                    let (list, open) = apply(answer.changes)
+                    forget = list
+                    for ino in open { Task { await self.followOpen(ino) } }
                 }
                 cursor = answer.cursor
                 feed.value.withLock { v in
@@ -158,7 +160,9 @@ extension StowFileSystem {
                     return
                 }
                 guard let answer = try? await store.changes(ns, since: cursor, wait: .zero), !answer.reset else { break }
-                notifyKernel(apply(answer.changes, counted: false))
+                let (list, open) = apply(answer.changes, counted: false)
+                notifyKernel(list)
+                for ino in open { await followOpen(ino) }
                 if answer.changes.isEmpty && answer.cursor == cursor { try? await Task.sleep(for: .milliseconds(2)) }
                 cursor = answer.cursor
             }
@@ -175,13 +179,16 @@ extension StowFileSystem {
 
     /// Drops from the caches what the changes name; returns what the kernel must forget.
     /// `counted`: the follower's own reads count in `stowfs status` (a lock's catch-up does not).
-    func apply(_ changes: [ChangeRecord], counted: Bool = true) -> [KernelInvalidation] {
+    /// Also returns the files open here (for reading) that changed: their descriptors are to
+    /// follow the new version (`followOpen`).
+    func apply(_ changes: [ChangeRecord], counted: Bool = true) -> ([KernelInvalidation], [InodeNumber]) {
         let own = configuration.origin
         var out: [KernelInvalidation] = []
         var seen = Set<KernelInvalidation>()
         func add(_ i: KernelInvalidation) { if seen.insert(i).inserted { out.append(i) } }
         var applied = 0, echoes = 0, reset = false
         var recalls: [UInt64] = []
+        var opened: [InodeNumber] = []
         var released: [CacheFile] = []
         defer { for f in released { giveBack(f) } }
         state.withLock { s in
@@ -216,6 +223,7 @@ extension StowFileSystem {
                     if let i = s.byRemote[c.ino], let file = dropCleanCopy(&s, i) { released.append(file) }
                     guard let i = s.byRemote[c.ino], let e = s.inodes[i], !e.hasLocalState else { continue }
                     s.inodes[i]?.validUntil = .now
+                    if e.openHandles > 0, e.kind == .file, !c.removed, !opened.contains(i) { opened.append(i) }
                     if e.directory != nil { s.inodes[i]?.directory?.validUntil = .now }
                     add(.inode(i))
                 }
@@ -234,7 +242,28 @@ extension StowFileSystem {
         if logger.logLevel <= .debug && (applied > 0 || reset) {
             logger.debug("change feed: \(applied) change(s) applied, \(echoes) echo(es); the kernel forgets \(out)")
         }
-        return reset ? forgetCached() : out
+        return reset ? (forgetCached(), []) : (out, opened)
+    }
+
+    /// A file open here for reading changed elsewhere: once its new attributes are in, its
+    /// descriptors read the new version (each read whole in one version, S9), and the kernel
+    /// drops the pages it read of the old one meanwhile.
+    func followOpen(_ ino: InodeNumber) async {
+        do throws(FSError) {
+            try await refreshAfterChange(ino)
+        } catch {
+            return
+        }
+        let moved = state.withLock { s -> Bool in
+            guard let e = s.inodes[ino], !e.hasLocalState, let etag = e.remote?.etag else { return false }
+            var moved = false
+            for (id, h) in s.handles where h.ino == ino && !h.writable && h.etag != etag {
+                s.handles[id]?.etag = etag
+                moved = true
+            }
+            return moved
+        }
+        if moved { notifyKernel([.inode(ino)]) }
     }
 
     /// A local copy the server has exactly (stored, closed, nothing owed) is no newer than the
