@@ -94,3 +94,27 @@ struct ExclusiveCreateTests {
         #expect(try await memory.record(ns, try StoragePath("offline")).size == 6)
     }
 }
+
+/// A rename of a stored file whose new content is still owed: the upload must not land at the new
+/// name before the server has renamed, or the rename replaces the new content with the old.
+@Suite("rename with an upload owed")
+struct RenameOwedTests {
+    @Test("the new content of a stored file, renamed while its upload is queued, is what the server has under the new name (a slow rename)")
+    func slowServerRename() async throws {
+        let memory = InMemoryObjectStore(namespaces: [ns])
+        let faulty = FaultInjectingObjectStore(wrapping: memory)
+        let h = try await Harness.make(store: faulty)
+        defer { Task { await h.close() } }
+        try await h.write("f", "old\n")
+        #expect(await h.fs.sync().isEmpty)
+        // The rename's request takes a while: the queue has all the time to send the upload.
+        faulty.setLatency(.milliseconds(400), for: .rename)
+        try await h.write("f", "new content\n")
+        try await h.fs.rename(parent: .root, name: "f", newParent: .root, newName: "g")
+        #expect(await h.fs.sync().isEmpty)
+        let url = try await memory.signedURLs(ns, [try StoragePath("g")], expiry: 60)[0].signedUrl
+        let stored = try await memory.read(url: url, range: nil, ifMatch: nil)
+        #expect(String(buffer: stored.bytes) == "new content\n")
+        await #expect(throws: StorageError.self) { _ = try await memory.record(ns, try StoragePath("f")) }
+    }
+}

@@ -4,7 +4,7 @@ import Glibc
 #endif
 import Logging
 import StorageClient
-public import StorageProtocol
+import StorageProtocol
 import Synchronization
 
 /// Tells the kernel to forget what it cached (FuseKit implements it with libfuse's notify calls,

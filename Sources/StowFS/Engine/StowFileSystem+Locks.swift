@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import NIOCore
 import StorageClient
 public import StorageProtocol
 import Synchronization
@@ -259,13 +260,29 @@ extension StowFileSystem {
         return true
     }
 
-    /// Another client waits to create a name in `folder` exclusively: what this mount made is
-    /// stored, then the lease goes. `madeHere` was already cleared (under the state lock, so no
-    /// exclusive create decided here can come after the sync's look at what is owed).
+    /// Another client waits to create a name in `folder` exclusively: the names of the files this
+    /// mount made there and has not stored yet are reserved on the server (empty files, which
+    /// their uploads then fill), then the lease goes — a moment's work, however much is queued.
+    /// `madeHere` was already cleared (under the state lock), so no exclusive create decided here
+    /// comes after the look at the folder's names below.
     func relinquishNamesLease(_ ns: Namespace, folder remote: UInt64) async {
         guard locks.value.withLock({ $0.namesLeases.remove(remote) != nil }) else { return }
-        let failures = await sync()
-        if !failures.isEmpty { logger.warning("letting a folder's exclusive creates go with \(failures.count) upload(s) refused") }
+        let unsent = state.withLock { s -> [(Location, FileAttributes)] in
+            guard let dir = s.byRemote[remote], let children = s.inodes[dir]?.directory?.children else { return [] }
+            return children.values.compactMap { ino -> (Location, FileAttributes)? in
+                guard let e = s.inodes[ino], e.kind == .file, e.remote == nil, !e.unlinked, let location = try? self.location(s, ino) else { return nil }
+                return (location, e.attributes)
+            }
+        }
+        for (location, a) in unsent {
+            let request = StartUploadRequest(
+                fileName: location.path.string, size: 0,
+                params: UploadParams(
+                    ifNoneMatch: "*", mode: a.mode, uid: a.uid, gid: a.gid, mtimeNs: a.mtime.nanoseconds, atimeNs: a.atime.nanoseconds,
+                    ctimeNs: a.ctime.nanoseconds))
+            // A name taken meanwhile (a plain upload by another client) is left to the upload to come.
+            _ = try? await store.uploadDirect(ns, request, from: .bytes(ByteBuffer()))
+        }
         let request = LockRequest(session: locks.sessionID, ino: remote, owner: 0, kind: .names, type: .unlock, start: 0, end: .max, pid: 0)
         do {
             _ = try await store.lock(ns, request)

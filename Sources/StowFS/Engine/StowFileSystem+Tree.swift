@@ -247,6 +247,12 @@ extension StowFileSystem {
             moving = (srcEntry.owedUploads + (srcEntry.local?.heldUpload.map { [$0] } ?? [])).map { ($0, srcLoc) }
         }
         var needsServerRename = srcEntry.kind == .directory || srcEntry.remote != nil
+        // Until the server has renamed, the uploads that now name the new path must not start: one
+        // that landed first would make a file there that the rename then replaces with the old
+        // content (found with rsync into folders made elsewhere: its temp files, made on the
+        // server by O_EXCL, were renamed over their own new content, which was lost).
+        let ids = moving.map(\.id)
+        await queue.pause(ids)
         var retargeted: [(Int64, Location)] = []
         for m in moving {
             let outcome = await queue.retarget(m.id, to: m.from.rebased(from: srcLoc, to: dstLoc))
@@ -261,9 +267,11 @@ extension StowFileSystem {
                 _ = try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: true, exchange: false)
             } catch {
                 for (id, from) in retargeted { _ = await queue.retarget(id, to: from) }
+                await queue.resume(ids)
                 throw FSError.from(error)
             }
         }
+        await queue.resume(ids)
         state.withLock { s in
             if let dst {
                 removeName(&s, parent: newParent, name: newName, ino: dst)

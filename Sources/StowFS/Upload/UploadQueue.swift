@@ -77,6 +77,8 @@ public actor UploadQueue {
     private var storedLatelyOrder: [Int64] = []
     private var running: [Int64: Task<FileRecord?, Never>] = [:]
     private var cancelling: Set<Int64> = []
+    /// Records not to be started until `resume` (a rename on the server is on its way for them).
+    private var paused: Set<Int64> = []
     /// Records whose start request is on its way (their parameters are fixed).
     private var starting: Set<Int64> = []
     /// Records past their last byte: from here on they are let finish, never cut off (a complete cut
@@ -301,6 +303,16 @@ public actor UploadQueue {
 
     /// Points an upload at another path (its file was renamed). If it had completed already under the
     /// old path, says so, and the caller renames on the server.
+    /// Keeps these records from starting until `resume` (one running goes on: `retarget` stops it).
+    public func pause(_ ids: [Int64]) {
+        paused.formUnion(ids)
+    }
+
+    public func resume(_ ids: [Int64]) {
+        paused.subtract(ids)
+        wake.signal()
+    }
+
     public func retarget(_ id: Int64, to location: Location) async -> CancelOutcome {
         logger.debug("retarget #\(id) → \(location) (running: \(running[id] != nil))")
         // Held back from the scheduler until the change is made (interrupt awaits, and a wake-up could restart it).
@@ -484,7 +496,7 @@ public actor UploadQueue {
         for r in records.values.sorted(by: { $0.id < $1.id }) {
             guard slots < parallelism || !batch.isEmpty else { break }
             // A held record (a file still open) waits for its release and holds nobody up; so does one being cancelled.
-            guard r.state != .held, !cancelling.contains(r.id) else { continue }
+            guard r.state != .held, !cancelling.contains(r.id), !paused.contains(r.id) else { continue }
             // Oldest first per path: a younger record waits for an older one of the same path.
             if seen.contains(r.location) || busyLocations.contains(r.location) {
                 seen.insert(r.location)

@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 
 /// Where an S3-compatible store keeps blobs, and how to reach it (`stowd --object-store
 /// s3://BUCKET[/PREFIX] --s3-endpoint URL --s3-region REGION`, credentials from the environment).
