@@ -144,7 +144,7 @@ let package = Package(
         .testTarget(
             name: "MountTests",
             dependencies: [
-                "MountService", "StorageClient", "StorageProtocol", "CStowSystem",
+                "MountService", "StowFS", "StorageClient", "StorageProtocol", "CStowSystem",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],

@@ -69,7 +69,7 @@ public final class FuseMount: @unchecked Sendable {
     /// The kernel's FUSE connection number of this mount (for /sys/fs/fuse/connections and the bdi).
     public var deviceMinor: String? {
         // /proc/self/mountinfo: "id parent major:minor root mountpoint …"
-        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return nil }
+        guard let text = ProcFiles.mountinfo else { return nil }
         for line in text.split(separator: "\n") {
             let f = line.split(separator: " ")
             if f.count > 4, f[4] == mountpoint { return String(f[2]) }

@@ -1,11 +1,12 @@
 import Foundation
+import StowFS
 
 /// Which StowFS mount a path is in, found by name only: nothing inside a mount is touched (a
 /// stat of a mount whose daemon is gone would hang).
 public enum MountPaths {
     /// The mountpoints of StowFS mounts (`fuse.stowfs`) on this machine, from `/proc/self/mountinfo`.
     public static func stowfsMountpoints(mountinfo: String? = nil) -> [String] {
-        guard let text = mountinfo ?? (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) else { return [] }
+        guard let text = mountinfo ?? ProcFiles.mountinfo else { return [] }
         return text.split(separator: "\n").compactMap { line in
             // `… mountpoint options … - fstype source super-options`
             let halves = line.components(separatedBy: " - ")

@@ -1,4 +1,5 @@
 import Foundation
+import StowFS
 public import StorageClient
 public import StorageProtocol
 #if canImport(Glibc)
@@ -46,9 +47,24 @@ public enum Preflight {
     }
 
     /// Whether something is mounted at `path`.
+    /// The ids (mountinfo's first field) of the StowFS mounts at `path` (type `fuse.stowfs`).
+    public static func stowfsMounts(at path: String) -> Set<String> {
+        let canonical = URL(fileURLWithPath: path, isDirectory: true).standardizedFileURL.path
+        guard let text = ProcFiles.mountinfo else { return [] }
+        var out = Set<String>()
+        for line in text.split(separator: "\n") {
+            let f = line.split(separator: " ")
+            guard f.count > 4, MountPaths.unescape(String(f[4])) == canonical, let dash = f.firstIndex(of: "-"), dash + 1 < f.count,
+                f[dash + 1] == "fuse.stowfs"
+            else { continue }
+            out.insert(String(f[0]))
+        }
+        return out
+    }
+
     public static func isMounted(_ path: String) -> Bool {
         let canonical = URL(fileURLWithPath: path, isDirectory: true).standardizedFileURL.path
-        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return false }
+        guard let text = ProcFiles.mountinfo else { return false }
         return text.split(separator: "\n").contains { line in
             let f = line.split(separator: " ")
             return f.count > 4 && MountPaths.unescape(String(f[4])) == canonical

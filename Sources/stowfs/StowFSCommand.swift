@@ -124,6 +124,9 @@ enum Daemon {
         guard let log = FileHandle(forWritingAtPath: logFile) else { fail("cannot write the log file \(logFile)") }
         log.seekToEndOfFile()
         let start = log.offsetInFile
+        // The mount to wait for is a new StowFS mount at the mountpoint: not any mount there (one
+        // that was there before made this say "mounted" while the child refused to mount on it).
+        let before = Preflight.stowfsMounts(at: mountpoint)
         let p = Process()
         p.executableURL = URL(fileURLWithPath: StowdChild.currentExecutable())
         p.arguments = Array(CommandLine.arguments.dropFirst()) + ["--foreground", "--daemon-child"]
@@ -133,7 +136,7 @@ enum Daemon {
         do { try p.run() } catch { fail("cannot start the mount process: \(error)") }
         let deadline = Date().addingTimeInterval(120)
         while Date() < deadline {
-            if Preflight.isMounted(mountpoint) {
+            if !Preflight.stowfsMounts(at: mountpoint).subtracting(before).isEmpty {
                 print("mounted at \(mountpoint) (log: \(logFile))")
                 return 0
             }

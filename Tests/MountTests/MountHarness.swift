@@ -3,6 +3,7 @@ import Foundation
 import NIOCore
 import StorageClient
 import StorageProtocol
+import StowFS
 import Testing
 
 /// Real mounts for tests: a `stowd` child process on a loopback port with its own data folder, and
@@ -137,7 +138,7 @@ final class MountedFS: @unchecked Sendable {
     }
 
     static func isMounted(_ path: String) -> Bool {
-        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return false }
+        guard let text = ProcFiles.mountinfo else { return false }
         return text.split(separator: "\n").contains { $0.split(separator: " ").count > 4 && $0.split(separator: " ")[4] == path }
     }
 

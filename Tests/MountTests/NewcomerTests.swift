@@ -78,6 +78,39 @@ struct NewcomerTests {
         }
     }
 
+    @Test("on a machine with hundreds of mounts, stowfs mount finds the mount it made at once, and refuses a mountpoint mounted already")
+    func manyMounts() async throws {
+        let m = MountedFS()
+        defer {
+            Self.killLeftovers(m)
+            m.cleanup()
+        }
+        try m.startServer()
+        let many = m.root + "/many"
+        // /proc/self/mountinfo grows past 4 KiB, which Foundation's String(contentsOfFile:) stopped
+        // reading at: the new mount, on its last line, was not seen, and mount waited 2 minutes.
+        let (status, out) = try Self.inMountNamespace(
+            m,
+            """
+            set -euo pipefail
+            for i in $(seq 1 300); do mkdir -p \(many)/m$i; mount -t tmpfs none \(many)/m$i; done
+            echo "mountinfo: $(wc -c < /proc/self/mountinfo) bytes"
+            start=$(date +%s)
+            \(MountedFS.binDirectory)/stowfs mount test \(m.mountpoint) --endpoint \(m.endpoint) --cache-dir \(m.cacheDirectory) --create --log-level warning
+            echo "mounted after $(( $(date +%s) - start )) s"
+            echo hello > \(m.mountpoint)/hello.txt
+            \(MountedFS.binDirectory)/stowfs unmount \(m.mountpoint)
+            mkdir -p \(many)/taken && mount -t tmpfs none \(many)/taken
+            \(MountedFS.binDirectory)/stowfs mount test \(many)/taken --endpoint \(m.endpoint) --cache-dir \(m.cacheDirectory)-2 2>&1 || true
+            """)
+        #expect(status == 0, "\(out)")
+        #expect(out.contains("mounted at"), "\(out)")
+        let seconds = out.split(separator: "\n").first { $0.hasPrefix("mounted after") }.flatMap { Int($0.split(separator: " ")[2]) }
+        #expect((seconds ?? 999) < 60, "\(out)")
+        #expect(out.contains("is already mounted"), "a mounted mountpoint was not refused: \(out)")
+        #expect(try await m.storedBytes("hello.txt") == Array("hello\n".utf8))
+    }
+
     @Test("make install-files honours PREFIX and DESTDIR; the helper maps fstab options to flags; the systemd units verify")
     func install() throws {
         let m = MountedFS()
