@@ -200,7 +200,8 @@ final class MountedFS: @unchecked Sendable {
 
     func storedBytes(_ path: String) async throws -> [UInt8] {
         try await withClient { c in
-            let url = try await c.signedURLs(namespace, [try StoragePath(path)], expiry: 60)[0].signedUrl
+            // An hour: in a full run this test's thread can wait a minute between the two requests.
+            let url = try await c.signedURLs(namespace, [try StoragePath(path)], expiry: 3600)[0].signedUrl
             return Array(try await c.read(url: url, range: nil, ifMatch: nil).bytes.readableBytesView)
         }
     }

@@ -51,6 +51,12 @@ enum Spawn {
         posix_spawnattr_setsigmask(&attributes, &none)
         posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
         var pid: pid_t = 0
+        let started = ContinuousClock.now
+        defer {
+            // A command that holds a test thread this long starves the other tests' timers: say so.
+            let took = ContinuousClock.now - started
+            if took > .seconds(20) { FileHandle.standardError.write(Data("[spawn] \(took) for \(([tool] + args).joined(separator: " ").prefix(300))\n".utf8)) }
+        }
         let rc = posix_spawn(&pid, command[0], &actions, &attributes, argv, envp)
         close(writeEnd)
         guard rc == 0 else {
