@@ -376,9 +376,9 @@ final class FuseAdapter: Sendable {
     }
 
     func getxattr(_ req: FuseRequest, ino: InodeNumber, name: String, size: Int) {
-        // Only user.* names exist here; `ls -l` asks every file for security.selinux (and ACLs):
-        // answered at once, without a task.
-        guard name.hasPrefix("user.") else { return req.reply(error: .noAttribute) }
+        // Only user.* names exist here (see the engine's getxattr): others are answered at once,
+        // without a task.
+        guard name.hasPrefix("user.") else { return req.reply(error: .notSupported) }
         respond(req, { () async throws(FSError) -> [UInt8] in try await self.engine.getxattr(ino, name: name) }) { $0.reply(xattr: $1, size: size) }
     }
 

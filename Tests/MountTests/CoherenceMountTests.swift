@@ -113,6 +113,36 @@ struct CoherenceMountTests {
         }
     }
 
+    /// Listing requests stowd has answered so far (its Prometheus counter for the browse route).
+    static func listRequests(_ m: MountedFS) throws -> Int {
+        let lines = try m.sh("curl -sf \(m.endpoint)/metrics | grep '^stowd_http_requests_total' | grep '/browse\"' || true")
+        return lines.split(separator: "\n").reduce(0) { $0 + Int(Double($1.split(separator: " ").last ?? "") ?? 0) }
+    }
+
+    @Test("with the feed followed, a warm ls -lR asks the server nothing; a change another client makes still shows; ls -l asks no file for SELinux labels or ACLs")
+    func warmListing() async throws {
+        try await withTwoMounts(extra: Self.ttl) { a, b in
+            try a.sh("mkdir \(a.mountpoint)/tree && for d in 1 2 3 4 5; do mkdir \(a.mountpoint)/tree/d$d && for f in 1 2 3 4 5 6 7 8; do echo $d$f > \(a.mountpoint)/tree/d$d/f$f; done; done")
+            _ = try a.stowfs(["sync", a.mountpoint])
+            #expect(try await Self.eventually { (try? b.sh("ls \(b.mountpoint)/tree/d5 | wc -l")) == "8" } != nil)
+            let cold = try b.sh("ls -lR \(b.mountpoint)/tree")
+            let before = try Self.listRequests(b)
+            let warm = try b.sh("ls -lR \(b.mountpoint)/tree")
+            #expect(try Self.listRequests(b) == before, "a warm listing asked the server again")
+            #expect(warm == cold)
+            // Another client adds a file to a folder B listed: B's next listing has it.
+            try a.sh("echo new > \(a.mountpoint)/tree/d3/added")
+            _ = try a.stowfs(["sync", a.mountpoint])
+            #expect(try await Self.eventually { (try? b.sh("ls \(b.mountpoint)/tree/d3")).map { $0.contains("added") } == true } != nil, "B's cached listing hid A's new file")
+            // Only user.* names exist: security.* and system.* answer ENOTSUP (not ENODATA), which
+            // `ls -l` remembers for the whole mount instead of asking every file.
+            for name in ["security.selinux", "system.posix_acl_access"] {
+                let said = try b.sh("getfattr -n \(name) \(b.mountpoint)/tree/d1/f1 2>&1 || true")
+                #expect(said.contains("Operation not supported"), "getfattr -n \(name): \(said)")
+            }
+        }
+    }
+
     @Test("a descriptor B holds open reads A's new content once the change is pushed, each read whole in one version")
     func heldDescriptor() async throws {
         try await withTwoMounts(extra: Self.ttl) { a, b in

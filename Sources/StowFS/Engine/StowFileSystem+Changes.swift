@@ -211,6 +211,7 @@ extension StowFileSystem {
                     if let child = s.inodes[p]?.directory?.children[name], let file = dropCleanCopy(&s, child) { released.append(file) }
                     if let child = s.inodes[p]?.directory?.children[name], let e = s.inodes[child], e.hasLocalState { continue }
                     s.inodes[p]?.directory?.validUntil = .now
+                    s.inodes[p]?.directory?.expiredAt = .now
                     s.inodes[p]?.directory?.negative[name] = nil
                     s.inodes[p]?.directory?.madeHere = false
                     s.inodes[p]?.validUntil = .now
@@ -224,7 +225,10 @@ extension StowFileSystem {
                     guard let i = s.byRemote[c.ino], let e = s.inodes[i], !e.hasLocalState else { continue }
                     s.inodes[i]?.validUntil = .now
                     if e.openHandles > 0, e.kind == .file, !c.removed, !opened.contains(i) { opened.append(i) }
-                    if e.directory != nil { s.inodes[i]?.directory?.validUntil = .now }
+                    if e.directory != nil {
+                        s.inodes[i]?.directory?.validUntil = .now
+                        s.inodes[i]?.directory?.expiredAt = .now
+                    }
                     add(.inode(i))
                 }
             }
@@ -299,6 +303,7 @@ extension StowFileSystem {
                 s.inodes[ino]?.validUntil = .now
                 if let dir = e.directory {
                     s.inodes[ino]?.directory?.validUntil = .now
+                    s.inodes[ino]?.directory?.expiredAt = .now
                     s.inodes[ino]?.directory?.complete = false
                     s.inodes[ino]?.directory?.negative = [:]
                     s.inodes[ino]?.directory?.madeHere = false

@@ -270,12 +270,18 @@ extension StowFileSystem {
     }
 
     /// The whole listing of a folder: the server's, merged with files owed to it.
+    ///
+    /// Each listing asks the server, unless the mount follows the change feed and listed the folder
+    /// less than the TTL ago: then the feed says when another client changes it (`apply` expires
+    /// the listing), and the mount's own changes are in it already.
     func list(_ ino: InodeNumber) async throws(FSError) -> [DirectoryEntry] {
-        do throws(FSError) {
-            _ = try await refreshDirectory(ino, cap: nil)
-        } catch {
-            // Offline: list what we had.
-            guard case .io = error, state.withLock({ $0.inodes[ino]?.directory?.complete == true }) else { throw error }
+        if !listingPushed(ino) {
+            do throws(FSError) {
+                _ = try await refreshDirectory(ino, cap: nil)
+            } catch {
+                // Offline: list what we had.
+                guard case .io = error, state.withLock({ $0.inodes[ino]?.directory?.complete == true }) else { throw error }
+            }
         }
         return state.withLock { s in
             guard let me = s.inodes[ino] else { return [] }
@@ -291,6 +297,18 @@ extension StowFileSystem {
                 offset += 1
             }
             return out
+        }
+    }
+
+    /// Whether the cached listing of a folder stands without asking the server: complete, listed
+    /// within the TTL, not expired by the feed since, and the feed followed (so that another
+    /// client's change would have expired it). A folder of every namespace (the root of an
+    /// all-namespaces mount) has no feed.
+    func listingPushed(_ ino: InodeNumber) -> Bool {
+        guard feed.value.withLock({ $0.status.connected }) else { return false }
+        return state.withLock { s in
+            guard let dir = s.inodes[ino]?.directory, let location = try? self.location(s, ino), location.namespace != nil else { return false }
+            return dir.complete && dir.validUntil > .now
         }
     }
 
@@ -354,7 +372,9 @@ extension StowFileSystem {
                     }
                 }
                 dir.complete = true
-                dir.validUntil = .now + configuration.attributeTTL
+                // Trusted for the TTL, unless the feed named the folder while the listing was on
+                // its way (it may not show that change).
+                dir.validUntil = dir.expiredAt.map { $0 >= started } == true ? .now : .now + configuration.attributeTTL
                 dir.negative = recentlyRemoved
             }
             for (name, child) in names where dir.children[name] == nil || s.inodes[dir.children[name]!]?.hasLocalState != true {

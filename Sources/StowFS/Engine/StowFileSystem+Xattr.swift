@@ -47,7 +47,11 @@ extension StowFileSystem {
     }
 
     public func getxattr(_ ino: InodeNumber, name: String) async throws(FSError) -> [UInt8] {
-        guard name.hasPrefix("user.") else { throw FSError.noAttribute }
+        // Only user.* names exist here: other namespaces (security.*, system.posix_acl_*, trusted.*)
+        // are not supported, as setxattr says. ENOTSUP rather than ENODATA also tells `ls -l`
+        // (coreutils remembers it per device) to stop asking every file for its SELinux label and
+        // ACL: two FUSE round trips per file less.
+        guard name.hasPrefix("user.") else { throw FSError.notSupported }
         let e = try await freshInode(ino)
         switch name {
         case Self.tagsName:

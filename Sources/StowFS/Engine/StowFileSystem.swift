@@ -107,6 +107,9 @@ public final class StowFileSystem: Sendable {
         var children: [FileName: InodeNumber] = [:]
         var complete = false
         var validUntil: ContinuousClock.Instant = .now
+        /// When the change feed last said another client changed the folder: a listing asked for
+        /// before then may predate the change, and is not trusted.
+        var expiredAt: ContinuousClock.Instant?
         var negative: [FileName: ContinuousClock.Instant] = [:]
         /// Made by this mount, which holds its `names` lease, and no recall nor change of another
         /// client seen in it since (through the change feed): exclusive creates in it are decided
