@@ -322,6 +322,12 @@ final class FuseAdapter: Sendable {
             let h = try engine.opendir(ino)
             var fi = fileInfo?.pointee ?? fuse_file_info()
             fi.fh = h
+            // The kernel keeps the entries it read (FOPEN_CACHE_DIR), and may answer this opendir's
+            // readdir from them when the engine's own listing stands without the server (the feed
+            // followed: another client's change drops the kernel's copy with the inode's pages;
+            // this mount's own changes reset it in the kernel). Otherwise it forgets them first.
+            fi.cache_readdir = 1
+            fi.keep_cache = engine.listingPushed(ino) ? 1 : 0
             fuse_reply_open(req.raw, &fi)
         } catch {
             req.reply(error: error)

@@ -183,6 +183,9 @@ extension StowFileSystem {
                 // listing still names it, and the next lookup makes the inode again.
                 s.inodes[ino] = nil
                 if let r = e.remote, s.byRemote[r.ino] == ino { s.byRemote[r.ino] = nil }
+                // Its folder's listing names an inode no longer here: it is listed from the server
+                // again (which makes the inode again) rather than answered without that name.
+                s.inodes[e.parent]?.directory?.validUntil = .now
             } else {
                 s.inodes[ino] = e
             }
@@ -304,11 +307,11 @@ extension StowFileSystem {
     /// within the TTL, not expired by the feed since, and the feed followed (so that another
     /// client's change would have expired it). A folder of every namespace (the root of an
     /// all-namespaces mount) has no feed.
-    func listingPushed(_ ino: InodeNumber) -> Bool {
+    public func listingPushed(_ ino: InodeNumber) -> Bool {
         guard feed.value.withLock({ $0.status.connected }) else { return false }
         return state.withLock { s in
             guard let dir = s.inodes[ino]?.directory, let location = try? self.location(s, ino), location.namespace != nil else { return false }
-            return dir.complete && dir.validUntil > .now
+            return dir.complete && dir.validUntil > .now && dir.children.values.allSatisfy { s.inodes[$0] != nil }
         }
     }
 

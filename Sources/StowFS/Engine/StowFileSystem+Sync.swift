@@ -140,6 +140,7 @@ extension StowFileSystem {
             if let local = e.local, local.writers > 0 { throw FSError.busy }
             return e.owedUploads + (e.local?.heldUpload.map { [$0] } ?? [])
         }
+        let place = state.withLock { s in s.inodes[ino].map { ($0.parent, $0.name) } }
         var stored = false
         for id in owed where await cancelUpload(id, ino: ino) != nil { stored = true }
         state.withLock { s in
@@ -155,6 +156,12 @@ extension StowFileSystem {
             if let copy { Glibc.unlink(copy) }
             // Never on the server: the file is gone with its changes.
             if e.remote == nil && !stored { removeName(&s, parent: e.parent, name: e.name, ino: ino) }
+        }
+        // Not a change the kernel made: it forgets the name, the inode's pages, and the folder's
+        // entries it may keep (FOPEN_CACHE_DIR).
+        if let (parent, name) = place {
+            notifyKernel([.entry(parent: parent, name: FileName(name)), .inode(parent), .inode(ino)])
+            await kernelBarrier()
         }
     }
 }
