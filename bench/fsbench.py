@@ -297,6 +297,16 @@ class StowFS(System):
     def version(self):
         return "stowfs " + run(["git", "-C", REPO, "describe", "--always", "--dirty"], check=False).stdout.strip()
 
+
+class StowFSBefore(StowFS):
+    """StowFS built from another commit (--before-bin): a change measured against what it changes,
+    in the same run, on the same machine."""
+    key = "stowfs-before"
+    name = "StowFS before"
+
+    def version(self):
+        return f"stowfs before: {self.bindir}"
+
 class Cluster:
     """One scripts/cluster.sh cluster for the whole benchmark: started once, stopped at the end."""
 
@@ -620,6 +630,8 @@ def main():
                     help="cluster: also StowFS through three stowd replicas on PostgreSQL + S3, JuiceFS on the same, and the S3 ceiling")
     ap.add_argument("--work", default="/var/tmp/stowfs-bench")
     ap.add_argument("--bin", default=os.path.join(REPO, ".build/release"), help="folder with stowd and stowfs")
+    ap.add_argument("--before-bin", default=None, help="folder with stowd and stowfs of another commit: adds 'StowFS before' "
+                    "(system stowfs-before) and the ratio StowFS ÷ before, to measure a change in the same run")
     ap.add_argument("--out", default=os.path.join(REPO, "bench/results"))
     ap.add_argument("--smoke", action="store_true", help="a few MiB, one run: checks that the benchmark works")
     ap.add_argument("--small-only", action="store_true", help="only the small-file workloads (W4, W5, W6): a quicker check of a change to them")
@@ -641,6 +653,10 @@ def main():
     if args.systems is None:
         args.systems = "passthrough,stowfs,stowfs-cluster,juicefs,s3" if args.backend == "cluster" else "local,passthrough,rclone,stowfs"
     wanted = args.systems.split(",")
+    if args.before_bin and "stowfs-before" not in wanted:
+        wanted.insert(wanted.index("stowfs") if "stowfs" in wanted else len(wanted), "stowfs-before")
+    if "stowfs-before" in wanted and not args.before_bin:
+        sys.exit("fsbench: stowfs-before needs --before-bin DIR")
     cluster = None
     if any(k in ("stowfs-cluster", "juicefs", "s3") for k in wanted):
         if "juicefs" in wanted and shutil.which("juicefs") is None:
@@ -652,6 +668,7 @@ def main():
         "passthrough": lambda: Passthrough(args.work, passthrough_bin),
         "rclone": lambda: Rclone(args.work),
         "stowfs": lambda: StowFS(args.work, args.bin),
+        "stowfs-before": lambda: StowFSBefore(args.work, args.before_bin),
         "stowfs-cluster": lambda: StowFSCluster(args.work, args.bin, cluster),
         "juicefs": lambda: JuiceFS(args.work, cluster),
         "s3": lambda: S3Ceiling(args.work, cluster),
@@ -689,6 +706,7 @@ def main():
     # StowFS cluster against JuiceFS and against the S3 ceiling (issue 15).
     ratios = [(a, b, f"{label_a} ÷ {label_b}") for a, b, label_a, label_b in [
         ("stowfs", "passthrough", "StowFS", "passthrough"),
+        ("stowfs", "stowfs-before", "StowFS", "before"),
         ("stowfs-cluster", "juicefs", "StowFS cluster", "JuiceFS"),
         ("stowfs-cluster", "s3", "StowFS cluster", "S3 ceiling"),
         ("stowfs-cluster", "stowfs", "StowFS cluster", "embedded")] if a in medians and b in medians]
