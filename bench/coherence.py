@@ -235,6 +235,8 @@ def main():
         sys.exit("make bench-coherence mounts FUSE filesystems: run it as root")
     bindir = os.path.abspath(args.bin)
     work = tempfile.mkdtemp(prefix="stow-coherence-")
+    # PostgreSQL runs as the postgres user under it (the cluster): it must be able to pass through.
+    os.chmod(work, 0o711)
     all_results = {}
     token = "bench-coherence-token-0001"
     stowd = None

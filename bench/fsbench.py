@@ -318,7 +318,10 @@ class Cluster:
 
     def start(self):
         log(f"starting a cluster ({self.replicas} replicas) …")
-        run([os.path.join(REPO, "scripts/cluster.sh"), "up", "--dir", self.dir, "--replicas", str(self.replicas)], env=self.env)
+        try:
+            run([os.path.join(REPO, "scripts/cluster.sh"), "up", "--dir", self.dir, "--replicas", str(self.replicas)], env=self.env)
+        except subprocess.CalledProcessError as e:
+            raise RuntimeError(f"scripts/cluster.sh up failed:\n{e.stdout}") from None
         self.up = True
         state = dict(line.rstrip("\n").split("=", 1) for line in open(os.path.join(self.dir, "state")) if "=" in line)
         self.endpoint = state["endpoint"]
