@@ -165,6 +165,10 @@ struct DurabilityTests {
         for start in stride(from: 10 << 10, to: bytes.count, by: 10 << 10) {
             _ = try first.fs.write(entry.ino, handle: opened.handle, offset: Int64(start), bytes: Array(bytes[start..<min(bytes.count, start + (10 << 10))]))
         }
+        // The stream is under way (under load its start can come after the writes; a close before
+        // it started sends the file the usual way, and there is no stream to test).
+        for _ in 0..<2000 where faulty.calls(of: .send) == 0 { try await Task.sleep(for: .milliseconds(10)) }
+        try #require(faulty.calls(of: .send) > 0, "the file did not start streaming within 20 s")
         // The last close: the stream's complete hangs on its way, and the machine stops meanwhile.
         faulty.setLatency(.seconds(3600), for: .completeUpload)
         let closing = Task { try? await first.fs.flush(entry.ino, handle: opened.handle) }
