@@ -183,9 +183,6 @@ extension StowFileSystem {
                 // listing still names it, and the next lookup makes the inode again.
                 s.inodes[ino] = nil
                 if let r = e.remote, s.byRemote[r.ino] == ino { s.byRemote[r.ino] = nil }
-                // Its folder's listing names an inode no longer here: it is listed from the server
-                // again (which makes the inode again) rather than answered without that name.
-                s.inodes[e.parent]?.directory?.validUntil = .now
             } else {
                 s.inodes[ino] = e
             }
@@ -278,15 +275,22 @@ extension StowFileSystem {
     /// less than the TTL ago: then the feed says when another client changes it (`apply` expires
     /// the listing), and the mount's own changes are in it already.
     func list(_ ino: InodeNumber) async throws(FSError) -> [DirectoryEntry] {
-        if !listingPushed(ino) {
-            do throws(FSError) {
-                _ = try await refreshDirectory(ino, cap: nil)
-            } catch {
-                // Offline: list what we had.
-                guard case .io = error, state.withLock({ $0.inodes[ino]?.directory?.complete == true }) else { throw error }
-            }
+        // A cached listing naming an inode the engine let go of (the kernel forgot it, an upload
+        // replaced it) would leave that name out: the server is asked instead.
+        if listingPushed(ino), let cached = listed(ino, whole: true) { return cached }
+        do throws(FSError) {
+            _ = try await refreshDirectory(ino, cap: nil)
+        } catch {
+            // Offline: list what we had.
+            guard case .io = error, state.withLock({ $0.inodes[ino]?.directory?.complete == true }) else { throw error }
         }
-        return state.withLock { s in
+        return listed(ino, whole: false) ?? []
+    }
+
+    /// The folder's entries as the engine knows them. `whole`: nil if one of its names has no inode
+    /// here (instead of passing over it).
+    private func listed(_ ino: InodeNumber, whole: Bool) -> [DirectoryEntry]? {
+        state.withLock { s in
             guard let me = s.inodes[ino] else { return [] }
             var out = [
                 DirectoryEntry(name: ".", ino: ino, kind: .directory, offset: 1, entry: nil),
@@ -295,7 +299,11 @@ extension StowFileSystem {
             let children = me.directory?.children ?? [:]
             var offset: Int64 = 3
             for name in children.keys.sorted() {
-                guard let e = s.inodes[children[name]!], !e.unlinked else { continue }
+                guard let e = s.inodes[children[name]!] else {
+                    if whole { return nil }
+                    continue
+                }
+                guard !e.unlinked else { continue }
                 out.append(DirectoryEntry(name: name.string, ino: e.ino, kind: e.kind, offset: offset, entry: entry(e)))
                 offset += 1
             }
@@ -306,12 +314,13 @@ extension StowFileSystem {
     /// Whether the cached listing of a folder stands without asking the server: complete, listed
     /// within the TTL, not expired by the feed since, and the feed followed (so that another
     /// client's change would have expired it). A folder of every namespace (the root of an
-    /// all-namespaces mount) has no feed.
+    /// all-namespaces mount) has no feed. Cheap (FuseKit's opendir asks it): names whose inode the
+    /// engine let go of are `list`'s to find.
     public func listingPushed(_ ino: InodeNumber) -> Bool {
         guard feed.value.withLock({ $0.status.connected }) else { return false }
         return state.withLock { s in
             guard let dir = s.inodes[ino]?.directory, let location = try? self.location(s, ino), location.namespace != nil else { return false }
-            return dir.complete && dir.validUntil > .now && dir.children.values.allSatisfy { s.inodes[$0] != nil }
+            return dir.complete && dir.validUntil > .now
         }
     }
 
