@@ -89,15 +89,31 @@ public enum MountRunner {
 
             let fuseOptions = ["default_permissions"] + options.fuseOptions.filter { $0 != "nonempty" && $0 != "default_permissions" }
             let fsname = "stowfs:" + (options.namespace?.name ?? "all")
-            let mount = try FuseMount(engine: engine, mountpoint: mountpoint, options: fuseOptions, fsname: fsname, logger: logger)
-            mount.setReadAhead(kilobytes: 1024)
-            engine.startFollowingChanges()
+            // The control socket listens before the mount appears: a script that runs `stowfs sync`
+            // as soon as the folder is mounted must find it (a CI run once did not).
             let leaveQueued = LeaveQueued()
+            let exit = ExitRequest()
             let control = ControlServer(engine: engine, mountpoint: mountpoint, logger: logger) { leave in
                 if leave { leaveQueued.set() }
-                mount.requestExit()
+                exit.request()
             }
-            let controlTask = Task { try await control.run() }
+            let controlTask: Task<Void, Error>
+            do {
+                controlTask = try await control.start()
+            } catch {
+                throw MountProblem("cannot listen on the control socket \(ControlSocket.path(for: mountpoint)): \(error)", fix: "fix the runtime folder named above, or set XDG_RUNTIME_DIR to one of your own")
+            }
+            let mount: FuseMount
+            do {
+                mount = try FuseMount(engine: engine, mountpoint: mountpoint, options: fuseOptions, fsname: fsname, logger: logger)
+            } catch {
+                controlTask.cancel()
+                _ = try? await controlTask.value
+                throw error
+            }
+            exit.attach(mount)
+            mount.setReadAhead(kilobytes: 1024)
+            engine.startFollowingChanges()
             mount.onSignal { sig in
                 Task {
                     logger.info("signal \(sig): storing what is queued, then unmounting")
@@ -141,6 +157,26 @@ final class LeaveQueued: Sendable {
     private let flag = SendableFlag()
     func set() { flag.set() }
     var isSet: Bool { flag.isSet }
+}
+
+/// `stowfs unmount` may arrive before the mount exists (the socket listens first): it is kept and
+/// honoured when the mount is attached.
+final class ExitRequest: Sendable {
+    private let state = Mutex<(mount: FuseMount?, requested: Bool)>((nil, false))
+    func request() {
+        let m = state.withLock { s -> FuseMount? in
+            s.requested = true
+            return s.mount
+        }
+        m?.requestExit()
+    }
+    func attach(_ mount: FuseMount) {
+        let requested = state.withLock { s -> Bool in
+            s.mount = mount
+            return s.requested
+        }
+        if requested { mount.requestExit() }
+    }
 }
 
 /// An exclusive lock on a cache folder, held while the object lives.

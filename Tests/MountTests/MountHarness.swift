@@ -73,7 +73,9 @@ final class MountedFS: @unchecked Sendable {
     }
 
     /// Mounts (the namespace is created if missing) and waits until the mount is live.
-    func mountFS(extra: [String] = []) throws {
+    /// Starts `stowfs mount --foreground` and returns once the mount is in the mount table
+    /// (looked for every `poll` microseconds; 0 looks as fast as it can).
+    func mountFS(extra: [String] = [], poll: useconds_t = 50_000) throws {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: Self.binDirectory + "/stowfs")
         p.arguments = ["mount", "test", mountpoint, "--endpoint", endpoint, "--cache-dir", cacheDirectory, "--create", "--foreground", "--log-level", ProcessInfo.processInfo.environment["STOWFS_TEST_LOG_LEVEL"] ?? "warning"] + extra
@@ -91,10 +93,11 @@ final class MountedFS: @unchecked Sendable {
         mount = p
         // Up to 60 s: in a full run another test's loop-device ext4 can stall the machine's mounts
         // and disk for many seconds (a mount took over 15 s once).
-        for _ in 0..<1200 {
+        let deadline = ContinuousClock.now + .seconds(60)
+        while ContinuousClock.now < deadline {
             if Self.isMounted(mountpoint) { return }
             if !p.isRunning { throw Failure("stowfs exited: \(logText)") }
-            usleep(50_000)
+            if poll > 0 { usleep(poll) }
         }
         throw Failure("the mount did not come up: \(logText)")
     }

@@ -1,6 +1,7 @@
 import Foundation
 import StorageClient
 import StorageProtocol
+import StowFS
 import Testing
 
 /// What a new user meets first: mount(8) and /etc/fstab through the mount helper, `make install`,
@@ -109,6 +110,26 @@ struct NewcomerTests {
         #expect((seconds ?? 999) < 60, "\(out)")
         #expect(out.contains("is already mounted"), "a mounted mountpoint was not refused: \(out)")
         #expect(try await m.storedBytes("hello.txt") == Array("hello\n".utf8))
+    }
+
+    @Test("the control socket listens before the mount appears: a stowfs sync run the moment the folder is mounted finds the mount")
+    func controlBeforeMount() async throws {
+        let m = MountedFS()
+        defer {
+            Self.killLeftovers(m)
+            m.cleanup()
+        }
+        try m.startServer()
+        // A CI run failed on `stowfs sync` straight after a remount: "no stowfs is serving". The
+        // socket was bound by a task started after the mount; here the mount table is watched
+        // without pause, and the socket must be there the first moment the mount is.
+        for round in 1...5 {
+            try m.mountFS(poll: 0)
+            let socket = ControlSocket.path(for: m.mountpoint)
+            #expect(FileManager.default.fileExists(atPath: socket), "round \(round): mounted before \(socket) was listening")
+            #expect(try m.stowfs(["status", m.mountpoint]).contains("queue"), "round \(round)")
+            try m.unmountFS()
+        }
     }
 
     @Test("make install-files honours PREFIX and DESTDIR; the helper maps fstab options to flags; the systemd units verify")

@@ -21,8 +21,9 @@ public final class ControlServer: Sendable {
         self.unmount = unmount
     }
 
-    /// Listens until cancelled.
-    public func run() async throws {
+    /// Binds the socket, so that a `stowfs sync` run the moment the mount appears finds it, and
+    /// returns the task that serves it until cancelled (the socket file goes when it ends).
+    public func start() async throws -> Task<Void, Error> {
         try ControlSocket.prepareDirectory()
         let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true) { channel in
@@ -31,15 +32,18 @@ public final class ControlServer: Sendable {
                 }
             }
         chmod(path, 0o600)
-        defer { unlink(path) }
-        try await withThrowingDiscardingTaskGroup { group in
-            try await server.executeThenClose { inbound in
-                for try await connection in inbound {
-                    group.addTask {
-                        do {
-                            try await self.serve(connection)
-                        } catch {
-                            self.logger.debug("control connection ended: \(error)")
+        let path = self.path
+        return Task {
+            defer { unlink(path) }
+            try await withThrowingDiscardingTaskGroup { group in
+                try await server.executeThenClose { inbound in
+                    for try await connection in inbound {
+                        group.addTask {
+                            do {
+                                try await self.serve(connection)
+                            } catch {
+                                self.logger.debug("control connection ended: \(error)")
+                            }
                         }
                     }
                 }
