@@ -94,6 +94,7 @@ public final class StowServer: Sendable {
             configuration: .init(
                 services: [.init(service: app), .init(service: gc), .init(service: ChangeSignalCloser(signal: service.changeSignal)),
                     .init(service: ChangeSignalCloser(signal: service.lockSignal)),
+                    .init(service: OtherServersFollower(store: service.store, lockSignal: service.lockSignal)),
                 ],
                 gracefulShutdownSignals: signals, logger: service.logger))
         self.group.withLock { $0 = group }

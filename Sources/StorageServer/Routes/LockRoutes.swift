@@ -10,8 +10,9 @@ import StorageProtocol
 ///   `lockLease` seconds (`LockSessionResponse`); `DELETE` ends it, and its locks go.
 /// - `POST …/namespaces/{ns}/locks`: takes, changes or releases a lock (`LockResponse`). A lock
 ///   held by another owner answers `granted: false` with it, after waiting up to `wait_ms` for it
-///   to go: a release on this server wakes the wait at once, one on another server is seen
-///   within `lockPollInterval`. A grant carries the change feed's `fence`.
+///   to go: a release on this server wakes the wait at once, one on another server too when the
+///   store tells of it (`MetadataStore.followOtherServers`), else within `lockPollInterval`. A
+///   grant carries the change feed's `fence`.
 /// - `POST …/namespaces/{ns}/locks/test`: whether the lock could be taken (F_GETLK), without
 ///   taking it: `conflict` is the lock in the way.
 ///

@@ -46,8 +46,10 @@ public protocol ChangeFeed: Sendable {
     func changeFence(_ ns: Namespace) async throws -> ChangeCursor
     /// Records a `recall` of folder `ino`'s `names` lease (with the request's origin), in commit order.
     func recordRecall(_ ns: Namespace, folder ino: UInt64) async throws
-    /// Drops the changes recorded before `nanoseconds` (a Unix time); a cursor from before the
-    /// last change dropped is answered `reset`. Returns how many went.
+    /// Drops the changes recorded before `nanoseconds` (a Unix time) that are behind the feed's
+    /// head (PostgreSQL: those of transactions older than the oldest still running, so that the
+    /// head a reset reader is given is never itself before a dropped change); a cursor from before
+    /// the last change dropped is answered `reset`. Returns how many went.
     func trimChanges(before nanoseconds: Int64) async throws -> Int
 }
 

@@ -18,6 +18,10 @@ public protocol MetadataStore: StagingLedger, ChangeFeed, LockLedger {
     func prepare() async throws
     /// Lets go of connections; the store is not used after.
     func close() async
+    /// Calls `event` for what other servers sharing this store did, as they do it, until the task
+    /// is cancelled (see `OtherServersEvent`). A store no other server can share (SQLite) returns
+    /// at once: its server's own signals see everything.
+    func followOtherServers(_ event: @escaping @Sendable (OtherServersEvent) -> Void) async
     /// A setting every server on this store shares (the URL-signing secret, a generated admin
     /// token): `proposed` if none was kept under `key` yet, else the one kept. nil when the store
     /// keeps none (SQLite: one server, whose data directory holds them).
@@ -86,7 +90,17 @@ public protocol MetadataStore: StagingLedger, ChangeFeed, LockLedger {
 extension MetadataStore {
     public func prepare() async throws {}
     public func close() async {}
+    public func followOtherServers(_ event: @escaping @Sendable (OtherServersEvent) -> Void) async {}
     public func sharedSetting(_ key: String, proposed: Data) async throws -> Data? { nil }
+}
+
+/// What another server sharing the store did: a hint to look again, never the thing itself.
+public enum OtherServersEvent: Sendable, Equatable {
+    /// Locks changed (a lock set changed, a lock session ended).
+    case locks
+    /// The hints may have stopped or some were missed (the stream broke, or has just begun):
+    /// everything waiting should look again.
+    case lost
 }
 
 /// A namespace and its root folder.

@@ -85,3 +85,19 @@ struct ChangeSignalCloser: Service {
         signal.close()
     }
 }
+
+/// Wakes this server's lock waits when another server sharing the store changed locks
+/// (`MetadataStore.followOtherServers`), until the server begins to shut down.
+struct OtherServersFollower: Service {
+    let store: any MetadataStore
+    let lockSignal: ChangeSignal
+
+    func run() async throws {
+        let signal = lockSignal
+        try? await cancelWhenGracefulShutdown {
+            await store.followOtherServers { _ in signal.bump() }
+        }
+        // A store no one else shares returns at once: stay until the shutdown, as the others do.
+        try? await gracefulShutdown()
+    }
+}

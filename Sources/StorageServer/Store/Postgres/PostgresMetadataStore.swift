@@ -206,8 +206,8 @@ public final class PostgresMetadataStore: MetadataStore {
         }
     }
 
-    /// Why a connection cannot be made, from one attempt outside the pool; nil when it can.
-    func connectionProblem() async -> String? {
+    /// The settings of one connection outside the pool (the pool's, with its `search_path`).
+    func singleConnectionConfiguration(applicationName: String = "stowd") throws -> PostgresConnection.Configuration {
         var config: PostgresConnection.Configuration
         if let folder = location.socketFolder {
             config = .init(unixSocketPath: folder + "/.s.PGSQL.\(location.port)", username: location.user, password: location.password, database: location.database)
@@ -218,13 +218,29 @@ public final class PostgresMetadataStore: MetadataStore {
                     let context = try NIOSSLContext(configuration: c)
                     tls = required ? .require(context) : .prefer(context)
                 } catch {
-                    return "its TLS settings cannot be used: \(error)"
+                    throw StoreError.unavailable("its TLS settings cannot be used: \(error)")
                 }
             }
             config = .init(host: location.host ?? "127.0.0.1", port: location.port, username: location.user, password: location.password,
                            database: location.database, tls: tls)
         }
         config.options.connectTimeout = .seconds(5)
+        var startup: [(String, String)] = [("application_name", applicationName)]
+        if let schema = location.schema { startup.append(("search_path", schema)) }
+        config.options.additionalStartupParameters = startup
+        return config
+    }
+
+    /// Why a connection cannot be made, from one attempt outside the pool; nil when it can.
+    func connectionProblem() async -> String? {
+        let config: PostgresConnection.Configuration
+        do {
+            config = try singleConnectionConfiguration()
+        } catch StoreError.unavailable(let why) {
+            return why
+        } catch {
+            return "\(error)"
+        }
         do {
             let connection = try await PostgresConnection.connect(configuration: config, id: 0, logger: logger)
             try? await connection.close()

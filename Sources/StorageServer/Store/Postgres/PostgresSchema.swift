@@ -38,7 +38,7 @@ enum PostgresSchema {
         var statements: [String]
     }
 
-    static let migrations: [Migration] = [tables, functions, stagingLedger, changeFeed, locks]
+    static let migrations: [Migration] = [tables, functions, stagingLedger, changeFeed, locks, lockNotifications, trimBelowHead]
 
     static let tables = Migration(
         version: 1, name: "tables",
@@ -953,6 +953,51 @@ enum PostgresSchema {
                 expires_ns bigint NOT NULL,
                 PRIMARY KEY (namespace, id)
             )
+            """,
+        ])
+
+    /// A lock set changed or a lock session ended: a `NOTIFY` on `lockChannel` when the
+    /// transaction commits, so that requests waiting for a lock on other replicas look again at
+    /// once (`PostgresMetadataStore.followOtherServers`) instead of at their next poll. Not for
+    /// the change feed: a transaction that notifies takes a database-wide lock at commit, held
+    /// through its WAL flush, so every mutation notifying would serialize all commits; lock
+    /// changes are few.
+    static let lockNotifications = Migration(
+        version: 6, name: "lock notifications",
+        statements: [
+            """
+            CREATE FUNCTION stow_notify_locks() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                PERFORM pg_notify('stowd_locks_' || md5(TG_TABLE_SCHEMA), '');
+                RETURN NULL;
+            END $$
+            """,
+            "CREATE TRIGGER lock_sets_notify AFTER UPDATE OR DELETE ON lock_sets FOR EACH ROW EXECUTE FUNCTION stow_notify_locks()",
+            "CREATE TRIGGER lock_sessions_notify AFTER DELETE ON lock_sessions FOR EACH ROW EXECUTE FUNCTION stow_notify_locks()",
+        ])
+
+    /// The trim keeps the changes of transactions at or above the oldest one still running (the
+    /// feed's head). It trimmed by age alone before: with an older transaction still running
+    /// anywhere in the database, the trim mark passed the head, so the head a reset reader was given
+    /// was itself below the mark, and every read was answered reset again until that transaction
+    /// ended (a server test saw it when run beside others).
+    static let trimBelowHead = Migration(
+        version: 7, name: "trim below the head",
+        statements: [
+            """
+            CREATE OR REPLACE FUNCTION stow_trim_changes(p_before bigint) RETURNS bigint LANGUAGE plpgsql AS $$
+            DECLARE last_xid bigint; last_id bigint; n bigint;
+                    head bigint := pg_snapshot_xmin(pg_current_snapshot())::text::bigint;
+            BEGIN
+                WITH gone AS (DELETE FROM changes WHERE at_ns < p_before AND xid < head RETURNING xid, id)
+                    SELECT count(*), max(xid) INTO n, last_xid FROM gone;
+                IF n = 0 THEN RETURN 0; END IF;
+                last_id := 9223372036854775807;
+                INSERT INTO change_trim(id, upto_xid, upto_id) VALUES (1, last_xid, last_id)
+                    ON CONFLICT (id) DO UPDATE SET upto_xid = greatest(change_trim.upto_xid, EXCLUDED.upto_xid), upto_id = EXCLUDED.upto_id
+                    WHERE change_trim.upto_xid <= EXCLUDED.upto_xid;
+                RETURN n;
+            END $$
             """,
         ])
 }
