@@ -97,7 +97,7 @@ public enum MountRunner {
                 if leave { leaveQueued.set() }
                 exit.request()
             }
-            let controlTask: Task<Void, Error>
+            let controlTask: Task<Void, any Error>
             do {
                 controlTask = try await control.start()
             } catch {

@@ -23,7 +23,7 @@ public final class ControlServer: Sendable {
 
     /// Binds the socket, so that a `stowfs sync` run the moment the mount appears finds it, and
     /// returns the task that serves it until cancelled (the socket file goes when it ends).
-    public func start() async throws -> Task<Void, Error> {
+    public func start() async throws -> Task<Void, any Error> {
         try ControlSocket.prepareDirectory()
         let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true) { channel in
