@@ -100,9 +100,10 @@ let package = Package(
             // MemberImportVisibility cannot attribute; the bridge keeps the other two features.
             swiftSettings: [.enableUpcomingFeature("ExistentialAny"), .enableUpcomingFeature("InternalImportsByDefault")]
         ),
+        .target(name: "SystemdNotify", dependencies: ["CStowSystem"], swiftSettings: swiftSettings),
         .target(
             name: "MountService",
-            dependencies: ["FuseKit", "StowFS", "StorageClient", "StorageProtocol", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["FuseKit", "StowFS", "StorageClient", "StorageProtocol", "SystemdNotify", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .executableTarget(
@@ -117,7 +118,7 @@ let package = Package(
         .executableTarget(
             name: "stowd",
             dependencies: [
-                "StorageServer",
+                "StorageServer", "SystemdNotify",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

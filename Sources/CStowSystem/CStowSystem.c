@@ -232,3 +232,34 @@ int CStowSystem_fix_mmap_threshold(int bytes) {
     return 0;
 #endif
 }
+
+// MARK: - systemd notifications
+
+#include <stddef.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+int CStowSystem_notify(const char *socket_path, const char *message, size_t length) {
+    struct sockaddr_un address;
+    memset(&address, 0, sizeof address);
+    address.sun_family = AF_UNIX;
+    size_t n = strlen(socket_path);
+    if (n == 0 || n >= sizeof address.sun_path) {
+        errno = EINVAL;
+        return -1;
+    }
+    memcpy(address.sun_path, socket_path, n);
+    socklen_t address_length = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
+    if (socket_path[0] == '@') {
+        address.sun_path[0] = 0;  // abstract: the name is the bytes after the NUL, not terminated
+    } else {
+        address_length += 1;
+    }
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    ssize_t sent = sendto(fd, message, length, MSG_NOSIGNAL, (struct sockaddr *)&address, address_length);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return sent < 0 ? -1 : 0;
+}

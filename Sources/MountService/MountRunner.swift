@@ -2,6 +2,7 @@ import Foundation
 import FuseKit
 public import Logging
 import StorageClient
+import SystemdNotify
 public import StorageProtocol
 public import StowFS
 #if canImport(Glibc)
@@ -117,13 +118,31 @@ public enum MountRunner {
             mount.onSignal { sig in
                 Task {
                     logger.info("signal \(sig): storing what is queued, then unmounting")
+                    SystemdNotify.stopping(status: "signal \(sig): storing what is queued, then unmounting")
                     await engine.sync { logger.info("\(ProgressText.line($0))") }
                     mount.requestExit()
                 }
             }
             logger.info("mounted \(fsname) at \(mountpoint) (server \(endpoint), cache \(cacheDirectory))")
+            // Type=notify: the mount is there and its control socket listens. Then the queue's
+            // length as the unit's status line (`systemctl status`), when it changes.
+            SystemdNotify.ready(status: "mounted \(fsname) at \(mountpoint)")
+            let statusTask = Task {
+                var last = ""
+                while !Task.isCancelled, SystemdNotify.socketPath != nil {
+                    try? await Task.sleep(for: .seconds(2))
+                    let q = await engine.status().queue
+                    let line = q.files == 0 ? "mounted; queue empty" : "mounted; queue: \(q.files) file(s), \(ByteSize.format(q.bytes))"
+                    if line != last {
+                        SystemdNotify.status(line)
+                        last = line
+                    }
+                }
+            }
             let rc = await mount.run()
+            statusTask.cancel()
             logger.info("unmounted \(mountpoint)")
+            SystemdNotify.stopping(status: "unmounted; storing what is still queued")
             if !leaveQueued.isSet {
                 // The mount is gone (unmount, fusermount3 -u, a signal): what is still owed goes now.
                 let pending = await engine.status().queue.files

@@ -77,7 +77,11 @@ public final class StowServer: Sendable {
     /// - Parameters:
     ///   - signals: the signals that start a graceful shutdown.
     ///   - onListening: called once with the base URL the server listens on.
-    public func run(signals: [UnixSignal] = [.sigterm, .sigint], onListening: @escaping @Sendable (String) async -> Void = { _ in }) async throws {
+    ///   - onShutdown: called once when the graceful shutdown begins (before connections drain).
+    public func run(
+        signals: [UnixSignal] = [.sigterm, .sigint], onListening: @escaping @Sendable (String) async -> Void = { _ in },
+        onShutdown: @escaping @Sendable () -> Void = {}
+    ) async throws {
         let gc = GarbageCollector(service: service)
         do {
             try await start()
@@ -95,6 +99,7 @@ public final class StowServer: Sendable {
                 services: [.init(service: app), .init(service: gc), .init(service: ChangeSignalCloser(signal: service.changeSignal)),
                     .init(service: ChangeSignalCloser(signal: service.lockSignal)),
                     .init(service: OtherServersFollower(store: service.store, lockSignal: service.lockSignal)),
+                    .init(service: ShutdownHook(action: onShutdown)),
                 ],
                 gracefulShutdownSignals: signals, logger: service.logger))
         self.group.withLock { $0 = group }

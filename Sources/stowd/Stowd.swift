@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import StorageProtocol
 import StorageServer
+import SystemdNotify
 
 @main
 struct Stowd: AsyncParsableCommand {
@@ -171,10 +172,17 @@ struct Stowd: AsyncParsableCommand {
         config.signingKeyFile = signingKeyFile
         let server = try StowServer(configuration: config, logger: logger)
         logger.info("data in \(dataDir)\(config.database.map { ", metadata in \($0)" } ?? ""); \(source)")
-        try await server.run { url in
-            FileHandle.standardOutput.write(Data((url + "\n").utf8))
-            logger.info("listening on \(url)")
-        }
+        try await server.run(
+            onListening: { url in
+                FileHandle.standardOutput.write(Data((url + "\n").utf8))
+                logger.info("listening on \(url)")
+                // Type=notify: systemd says "started" now, not when the process began.
+                SystemdNotify.ready(status: "listening on \(url)")
+            },
+            onShutdown: {
+                logger.info("stopping: finishing the requests under way")
+                SystemdNotify.stopping(status: "stopping: finishing the requests under way")
+            })
         logger.info("stopped")
     }
 }

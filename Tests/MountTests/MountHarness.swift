@@ -46,8 +46,8 @@ final class MountedFS: @unchecked Sendable {
     /// - Parameters:
     ///   - extraArguments: more flags for stowd (`--tls-cert`, `--tls-key`).
     ///   - caFile: the CA file that `withClient` trusts.
-    func startServer(extraArguments: [String] = [], caFile: String? = nil) throws {
-        var env = ProcessInfo.processInfo.environment
+    func startServer(extraArguments: [String] = [], caFile: String? = nil, environment: [String: String] = [:]) throws {
+        var env = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         env["STOWD_TOKEN"] = Self.token
         self.caFile = caFile
         let child = try StowdChild(
@@ -75,11 +75,11 @@ final class MountedFS: @unchecked Sendable {
     /// Mounts (the namespace is created if missing) and waits until the mount is live.
     /// Starts `stowfs mount --foreground` and returns once the mount is in the mount table
     /// (looked for every `poll` microseconds; 0 looks as fast as it can).
-    func mountFS(extra: [String] = [], poll: useconds_t = 50_000) throws {
+    func mountFS(extra: [String] = [], poll: useconds_t = 50_000, environment: [String: String] = [:]) throws {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: Self.binDirectory + "/stowfs")
         p.arguments = ["mount", "test", mountpoint, "--endpoint", endpoint, "--cache-dir", cacheDirectory, "--create", "--foreground", "--log-level", ProcessInfo.processInfo.environment["STOWFS_TEST_LOG_LEVEL"] ?? "warning"] + extra
-        var env = ProcessInfo.processInfo.environment
+        var env = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         env["STOWFS_TOKEN"] = mountToken
         p.environment = env
         let log = FileHandle(forWritingAtPath: root + "/stowfs.log") ?? {

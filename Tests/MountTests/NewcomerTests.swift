@@ -132,6 +132,63 @@ struct NewcomerTests {
         }
     }
 
+    @Test("under systemd (Type=notify): stowd says READY=1 once it listens and STOPPING=1 on SIGTERM; stowfs READY=1 once mounted, the queue as STATUS, STOPPING=1 at unmount")
+    func systemdNotify() async throws {
+        let m = MountedFS()
+        let socket = m.root + "/notify.sock", log = m.root + "/notify.log"
+        let listener = Process()
+        listener.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        listener.arguments = [Self.repoRoot + "/Tests/tools/notify_socket.py", socket, log, m.mountpoint]
+        try listener.run()
+        defer {
+            kill(listener.processIdentifier, SIGKILL)
+            listener.waitUntilExit()
+            Self.killLeftovers(m)
+            m.cleanup()
+        }
+        func lines() -> [String] {
+            ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+        }
+        func waitFor(_ what: String, _ test: (String) -> Bool) async throws -> String {
+            for _ in 0..<200 {
+                if let l = lines().last(where: test) { return l }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            Issue.record("no message \(what); got \(lines())")
+            return ""
+        }
+        for _ in 0..<100 where !FileManager.default.fileExists(atPath: socket) { try await Task.sleep(for: .milliseconds(20)) }
+        let env = ["NOTIFY_SOCKET": socket]
+
+        try m.startServer(environment: env)
+        let ready = try await waitFor("READY=1 from stowd") { $0.contains("READY=1") }
+        #expect(ready.contains("STATUS=listening on \(m.endpoint)"), "\(ready)")
+
+        try m.mountFS(environment: env)
+        let mounted = try await waitFor("READY=1 from stowfs") { $0.contains("READY=1") && $0.contains("STATUS=mounted") }
+        #expect(mounted.hasSuffix("[mounted]"), "READY=1 came before the mount: \(mounted)")
+        // The queue's length in the status line: the server paused, a file waits.
+        // (In a folder made here: its names are known without asking the server.)
+        try m.sh("mkdir \(m.mountpoint)/d")
+        kill(m.server!.processIdentifier, SIGSTOP)
+        try m.sh("echo queued > \(m.mountpoint)/d/q.txt")
+        let queued = try await waitFor("a STATUS with the queue") { $0.contains("STATUS=mounted; queue: 1 file(s)") }
+        kill(m.server!.processIdentifier, SIGCONT)
+        #expect(!queued.isEmpty)
+        try m.stowfs(["sync", m.mountpoint])
+        _ = try await waitFor("a STATUS with the queue empty") { $0.contains("STATUS=mounted; queue empty") }
+        try m.unmountFS()
+        _ = try await waitFor("STOPPING=1 from stowfs") { $0.contains("STOPPING=1") && $0.contains("unmounted") }
+        #expect(try await m.storedBytes("d/q.txt") == Array("queued\n".utf8))
+        m.stopServer()
+        _ = try await waitFor("STOPPING=1 from stowd") { $0.contains("STOPPING=1") && $0.contains("finishing the requests") }
+        // In that order.
+        let all = lines()
+        let order = ["listening on", "STATUS=mounted stowfs:", "queue: 1 file(s)", "queue empty", "unmounted", "finishing the requests"]
+        let positions = order.map { key in (key == "queue empty" ? all.lastIndex { $0.contains(key) } : all.firstIndex { $0.contains(key) }) ?? -1 }
+        #expect(positions == positions.sorted() && !positions.contains(-1), "\(all)")
+    }
+
     @Test("make install-files honours PREFIX and DESTDIR; the helper maps fstab options to flags; the systemd units verify")
     func install() throws {
         let m = MountedFS()

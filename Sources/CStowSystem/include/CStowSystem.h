@@ -59,4 +59,9 @@ long long CStowSystem_direct_offset(const CStowSystem_direct_file *f);
 /// Closes the file and frees the writer (its buffers are kept for the next one).
 void CStowSystem_direct_close(CStowSystem_direct_file *f);
 
+/// Sends `message` (`length` bytes) as one datagram to the AF_UNIX socket `socket_path`, as
+/// systemd's sd_notify does with $NOTIFY_SOCKET (a leading `@` names an abstract socket).
+/// 0, or -1 with errno (EINVAL: an empty path or one too long for sockaddr_un).
+int CStowSystem_notify(const char *socket_path, const char *message, size_t length);
+
 #endif

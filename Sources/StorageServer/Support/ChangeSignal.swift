@@ -101,3 +101,13 @@ struct OtherServersFollower: Service {
         try? await gracefulShutdown()
     }
 }
+
+/// Calls `action` when the server's graceful shutdown begins.
+struct ShutdownHook: Service {
+    let action: @Sendable () -> Void
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        action()
+    }
+}
