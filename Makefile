@@ -15,6 +15,7 @@ BINDIR ?= $(PREFIX)/bin
 SBINDIR ?= /sbin
 UNITDIR ?= $(PREFIX)/lib/systemd/system
 DOCDIR ?= $(PREFIX)/share/doc/stowfs
+DATADIR ?= $(PREFIX)/share
 # Where the binaries to install are (install-files alone does not build).
 BUILD_DIR ?= .build/release
 MNT ?= $(CURDIR)/mnt
@@ -103,7 +104,12 @@ install-files:
 	for f in stowd.service stowfs@.service; do \
 		sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' mount-helpers/systemd/$$f > "$(DESTDIR)$(UNITDIR)/$$f" && chmod 0644 "$(DESTDIR)$(UNITDIR)/$$f"; done
 	install -m 0644 README.md docs/SEMANTICS.md "$(DESTDIR)$(DOCDIR)/"
-	@echo "installed stowd and stowfs in $(BINDIR), the mount helpers in $(SBINDIR), the systemd units in $(UNITDIR)"
+	install -d "$(DESTDIR)$(DATADIR)/bash-completion/completions" "$(DESTDIR)$(DATADIR)/zsh/site-functions" "$(DESTDIR)$(DATADIR)/fish/vendor_completions.d"
+	for p in stowd stowfs; do \
+		$(BUILD_DIR)/$$p --generate-completion-script bash > "$(DESTDIR)$(DATADIR)/bash-completion/completions/$$p" && \
+		$(BUILD_DIR)/$$p --generate-completion-script zsh > "$(DESTDIR)$(DATADIR)/zsh/site-functions/_$$p" && \
+		$(BUILD_DIR)/$$p --generate-completion-script fish > "$(DESTDIR)$(DATADIR)/fish/vendor_completions.d/$$p.fish" || exit 1; done
+	@echo "installed stowd and stowfs in $(BINDIR), the mount helpers in $(SBINDIR), the systemd units in $(UNITDIR), shell completions in $(DATADIR)"
 
 clean:
 	rm -rf .build

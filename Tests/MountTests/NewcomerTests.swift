@@ -205,6 +205,19 @@ struct NewcomerTests {
             #expect(FileManager.default.fileExists(atPath: prefix + "/" + file), "\(file)")
             #expect(FileManager.default.isExecutableFile(atPath: prefix + "/" + file) == executable, "\(file)")
         }
+        // Shell completions, generated from the programs' own arguments: `stowfs <TAB>` in bash
+        // offers the commands.
+        for file in ["bash-completion/completions/stowfs", "bash-completion/completions/stowd", "zsh/site-functions/_stowfs",
+                     "zsh/site-functions/_stowd", "fish/vendor_completions.d/stowfs.fish", "fish/vendor_completions.d/stowd.fish"] {
+            let text = (try? String(contentsOfFile: prefix + "/share/" + file, encoding: .utf8)) ?? ""
+            #expect(text.count > 200, "\(file): \(text.prefix(200))")
+        }
+        let offered = try m.run(
+            "/bin/bash",
+            ["-c", "source \(prefix)/share/bash-completion/completions/stowfs; COMP_WORDS=(stowfs ''); COMP_CWORD=1; COMP_LINE='stowfs '; COMP_POINT=7; _stowfs stowfs '' stowfs; echo \"${COMPREPLY[@]}\""])
+        for command in ["mount", "unmount", "sync", "status", "discard"] {
+            #expect(offered.out.split(separator: " ").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }.contains(command), "\(command): \(offered.out)")
+        }
         let helper = try String(contentsOfFile: prefix + "/sbin/mount.fuse.stowfs", encoding: .utf8)
         #expect(helper.contains("\(prefix)/bin/stowfs") && !helper.contains("@BINDIR@"))
 
