@@ -100,7 +100,8 @@ let package = Package(
             // MemberImportVisibility cannot attribute; the bridge keeps the other two features.
             swiftSettings: [.enableUpcomingFeature("ExistentialAny"), .enableUpcomingFeature("InternalImportsByDefault")]
         ),
-        .target(name: "SystemdNotify", dependencies: ["CStowSystem"], swiftSettings: swiftSettings),
+        .target(
+            name: "SystemdNotify", dependencies: ["CStowSystem", .product(name: "Logging", package: "swift-log")], swiftSettings: swiftSettings),
         .target(
             name: "MountService",
             dependencies: ["FuseKit", "StowFS", "StorageClient", "StorageProtocol", "SystemdNotify", .product(name: "Logging", package: "swift-log")],
@@ -109,7 +110,7 @@ let package = Package(
         .executableTarget(
             name: "stowfs",
             dependencies: [
-                "MountService", "StowFS", "StorageProtocol",
+                "MountService", "StowFS", "StorageProtocol", "SystemdNotify",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -263,3 +263,15 @@ int CStowSystem_notify(const char *socket_path, const char *message, size_t leng
     errno = saved;
     return sent < 0 ? -1 : 0;
 }
+
+#include <stdio.h>
+#include <sys/stat.h>
+
+int CStowSystem_stderr_is_journal(const char *journal_stream) {
+    unsigned long long device = 0, inode = 0;
+    char tail = 0;
+    if (journal_stream == NULL || sscanf(journal_stream, "%llu:%llu%c", &device, &inode, &tail) != 2) return 0;
+    struct stat st;
+    if (fstat(2, &st) != 0) return 0;
+    return (unsigned long long)st.st_dev == device && (unsigned long long)st.st_ino == inode;
+}

@@ -145,11 +145,7 @@ struct Stowd: AsyncParsableCommand {
 
     func run() async throws {
         let level = Logger.Level(rawValue: logLevel) ?? .info
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
-        }
+        JournalLogging.bootstrap(level: level)
         let logger = Logger(label: "stowd")
         let (tokens, source) = try TokenStore.resolve(tokenFile: tokenFile, environment: ProcessInfo.processInfo.environment, dataDirectory: dataDir)
         var config = ServerConfiguration(dataDirectory: dataDir, tokens: tokens)

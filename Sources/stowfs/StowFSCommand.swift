@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import SystemdNotify
 import MountService
 import StorageClient
 import StorageProtocol
@@ -23,11 +24,7 @@ struct StowFSCommand: AsyncParsableCommand {
 }
 
 func bootstrapLogging(level: Logger.Level) {
-    LoggingSystem.bootstrap { label in
-        var h = StreamLogHandler.standardError(label: label)
-        h.logLevel = level
-        return h
-    }
+    JournalLogging.bootstrap(level: level)
 }
 
 func fail(_ message: String) -> Never {

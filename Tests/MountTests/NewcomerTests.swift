@@ -189,6 +189,34 @@ struct NewcomerTests {
         #expect(positions == positions.sorted() && !positions.contains(-1), "\(all)")
     }
 
+    @Test("with standard error connected to the journal ($JOURNAL_STREAM names it), stowd logs one line per event with a <N> priority and no time (stowfs's logging is set up the same way); elsewhere the usual lines")
+    func journalLines() throws {
+        let m = MountedFS()
+        defer { m.cleanup() }
+        // As systemd does: JOURNAL_STREAM is the device and inode of the stream stderr is.
+        func run(_ journal: Bool, _ program: String) throws -> String {
+            let out = m.root + "/\(program)-\(journal).txt"
+            let script = """
+                set -u
+                : > \(out)
+                js=$(stat -c '%d:%i' \(out)); \(journal ? "" : "js=1:1")
+                JOURNAL_STREAM=$js \(MountedFS.binDirectory)/stowd --data-dir \(m.root)/d-\(program)-\(journal) --port 0 --log-level info > /dev/null 2>> \(out) &
+                pid=$!
+                for i in $(seq 1 100); do grep -q 'listening on' \(out) && break; sleep 0.1; done
+                kill $pid; wait $pid
+                cat \(out)
+                """
+            return try m.run("/bin/bash", ["-c", script]).out
+        }
+        let journal = try run(true, "stowd")
+        let lines = journal.split(separator: "\n")
+        #expect(lines.contains { $0.hasPrefix("<6>stowd: listening on http://") }, "\(journal)")
+        #expect(lines.contains { $0.hasPrefix("<6>stowd: stopped") }, "\(journal)")
+        #expect(lines.allSatisfy { $0.range(of: #"^<[0-7]>"#, options: .regularExpression) != nil }, "\(journal)")
+        let plain = try run(false, "stowd")
+        #expect(plain.contains("listening on") && !plain.split(separator: "\n").contains { $0.hasPrefix("<") }, "\(plain)")
+    }
+
     @Test("make install-files honours PREFIX and DESTDIR; the helper maps fstab options to flags; the systemd units verify")
     func install() throws {
         let m = MountedFS()

@@ -64,4 +64,8 @@ void CStowSystem_direct_close(CStowSystem_direct_file *f);
 /// 0, or -1 with errno (EINVAL: an empty path or one too long for sockaddr_un).
 int CStowSystem_notify(const char *socket_path, const char *message, size_t length);
 
+/// Whether standard error is the stream `journal_stream` names (`$JOURNAL_STREAM`: "DEVICE:INODE",
+/// set by systemd when it connects a service's output to the journal): 1 if so, else 0.
+int CStowSystem_stderr_is_journal(const char *journal_stream);
+
 #endif
