@@ -182,6 +182,7 @@ struct NewcomerTests {
         #expect(try await m.storedBytes("d/q.txt") == Array("queued\n".utf8))
         m.stopServer()
         _ = try await waitFor("STOPPING=1 from stowd") { $0.contains("STOPPING=1") && $0.contains("finishing the requests") }
+        #expect(listener.isRunning, "the stand-in socket's listener ended early")
         // In that order.
         let all = lines()
         let order = ["listening on", "STATUS=mounted stowfs:", "queue: 1 file(s)", "queue empty", "unmounted", "finishing the requests"]
