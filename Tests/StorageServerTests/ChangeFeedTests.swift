@@ -116,8 +116,10 @@ struct ChangeFeedTests {
             _ = try await s.admin.makeFolder(testNamespace, path("woken"), FolderRequest())
             let (answer, answeredAt) = try await poll.value
             #expect(answer.changes.contains { $0.name == "woken" })
-            // Well within the 30 s wait (generous: a loaded machine).
-            #expect(answeredAt - madeAt < .seconds(5), "answered \(answeredAt - madeAt) after the change")
+            // Well within the 30 s wait. Generous: on PostgreSQL a change shows once every older
+            // transaction in the database has ended, and in a full run other tests' are open
+            // (trimWithOldTransaction holds one on purpose); a CI run once took 5.8 s.
+            #expect(answeredAt - madeAt < .seconds(15), "answered \(answeredAt - madeAt) after the change")
         }
     }
 
