@@ -27,6 +27,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
@@ -104,7 +105,15 @@ let package = Package(
             name: "SystemdNotify", dependencies: ["CStowSystem", .product(name: "Logging", package: "swift-log")], swiftSettings: swiftSettings),
         .target(
             name: "MountService",
-            dependencies: ["FuseKit", "StowFS", "StorageClient", "StorageProtocol", "SystemdNotify", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "FuseKit", "StowFS", "StorageClient", "StorageProtocol", "SystemdNotify",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ],
             swiftSettings: swiftSettings
         ),
         .executableTarget(

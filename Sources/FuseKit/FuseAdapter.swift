@@ -16,11 +16,13 @@ import Glibc
 final class FuseAdapter: Sendable {
     let engine: StowFileSystem
     let logger: Logger
+    let observer: (any FuseObserver)?
     private let inflight = Mutex<Int>(0)
 
-    init(engine: StowFileSystem, logger: Logger) {
+    init(engine: StowFileSystem, logger: Logger, observer: (any FuseObserver)?) {
         self.engine = engine
         self.logger = logger
+        self.observer = observer
     }
 
     var requestsInFlight: Int { inflight.withLock { $0 } }
@@ -283,6 +285,7 @@ final class FuseAdapter: Sendable {
         respond(req, { () async throws(FSError) -> FileLock? in try await self.engine.testLock(ino, owner: owner, kind: .posix, fileLock) }) { r, conflict in
             var answer = FuseConversions.flock(answering: lock, with: conflict)
             fuse_reply_lock(r.raw, &answer)
+            r.finished()
         }
     }
 
@@ -329,6 +332,7 @@ final class FuseAdapter: Sendable {
             fi.cache_readdir = 1
             fi.keep_cache = engine.listingPushed(ino) ? 1 : 0
             fuse_reply_open(req.raw, &fi)
+            req.finished()
         } catch {
             req.reply(error: error)
         }
@@ -371,6 +375,7 @@ final class FuseAdapter: Sendable {
                 if plus && d.entry != nil && d.name != "." && d.name != ".." { engine.retain(d.ino) }
             }
             fuse_reply_buf(req.raw, buf.baseAddress, used)
+            req.finished()
         }
     }
 

@@ -35,11 +35,13 @@ public final class FuseMount: @unchecked Sendable {
         public var description: String
     }
 
-    /// Mounts `engine` at `mountpoint` with these `-o` options.
-    public init(engine: StowFileSystem, mountpoint: String, options: [String], fsname: String, logger: Logger) throws {
+    /// Mounts `engine` at `mountpoint` with these `-o` options; `observer` hears of every answer.
+    public init(
+        engine: StowFileSystem, mountpoint: String, options: [String], fsname: String, logger: Logger, observer: (any FuseObserver)? = nil
+    ) throws {
         self.mountpoint = mountpoint
         self.logger = logger
-        adapter = FuseAdapter(engine: engine, logger: logger)
+        adapter = FuseAdapter(engine: engine, logger: logger, observer: observer)
         let all = ["fsname=\(fsname)", "subtype=stowfs"] + options
         var argv: [UnsafeMutablePointer<CChar>?] = [strdup("stowfs"), strdup("-o"), strdup(all.joined(separator: ","))]
         var args = fuse_args(argc: Int32(argv.count), argv: nil, allocated: 0)

@@ -11,8 +11,23 @@ import Glibc
 /// per-operation adapters in this module reply, each exactly once.
 struct FuseRequest: @unchecked Sendable {
     let raw: fuse_req_t
+    let operation: FuseOperation
+    /// Told of the answer (nil: nobody listens, and the clock is not read).
+    let observer: (any FuseObserver)?
+    let started: ContinuousClock.Instant?
 
-    init(_ raw: fuse_req_t?) { self.raw = raw! }
+    init(_ raw: fuse_req_t?, _ operation: FuseOperation) {
+        self.raw = raw!
+        self.operation = operation
+        observer = adapter(raw).observer
+        started = observer == nil ? nil : ContinuousClock.now
+    }
+
+    /// After the reply: tells the observer (the request itself is libfuse's again by then).
+    func finished(errno: Int32 = 0, bytes: Int = 0) {
+        guard let observer, let started else { return }
+        observer.finished(operation, after: ContinuousClock.now - started, errno: errno, bytes: bytes)
+    }
 
     /// Who asked (uid, gid, pid).
     var caller: Caller {
@@ -20,19 +35,33 @@ struct FuseRequest: @unchecked Sendable {
         return Caller(uid: ctx.pointee.uid, gid: ctx.pointee.gid, pid: ctx.pointee.pid)
     }
 
-    func reply(error: FSError) { fuse_reply_err(raw, error.errno) }
-    func reply(errno: Int32) { fuse_reply_err(raw, errno) }
-    func replyOK() { fuse_reply_err(raw, 0) }
-    func replyNone() { fuse_reply_none(raw) }
+    func reply(error: FSError) {
+        fuse_reply_err(raw, error.errno)
+        finished(errno: error.errno)
+    }
+    func reply(errno: Int32) {
+        fuse_reply_err(raw, errno)
+        finished(errno: errno)
+    }
+    func replyOK() {
+        fuse_reply_err(raw, 0)
+        finished()
+    }
+    func replyNone() {
+        fuse_reply_none(raw)
+        finished()
+    }
 
     func reply(entry: Entry) {
         var e = FuseConversions.entryParam(entry)
         fuse_reply_entry(raw, &e)
+        finished()
     }
 
     func reply(attributes: FileAttributes, ttl: Duration) {
         var st = FuseConversions.stat(attributes)
         fuse_reply_attr(raw, &st, ttl.seconds)
+        finished()
     }
 
     func reply(open file: OpenedFile, fileInfo: UnsafeMutablePointer<fuse_file_info>?) {
@@ -40,6 +69,7 @@ struct FuseRequest: @unchecked Sendable {
         fi.fh = file.handle
         fi.keep_cache = file.keepCache ? 1 : 0
         fuse_reply_open(raw, &fi)
+        finished()
     }
 
     func reply(create entry: Entry, file: OpenedFile, fileInfo: UnsafeMutablePointer<fuse_file_info>?) {
@@ -48,22 +78,31 @@ struct FuseRequest: @unchecked Sendable {
         fi.fh = file.handle
         fi.keep_cache = file.keepCache ? 1 : 0
         fuse_reply_create(raw, &e, &fi)
+        finished()
     }
 
-    func reply(written count: Int) { fuse_reply_write(raw, count) }
+    func reply(written count: Int) {
+        fuse_reply_write(raw, count)
+        finished(bytes: count)
+    }
 
-    func reply(readlink target: String) { fuse_reply_readlink(raw, target) }
+    func reply(readlink target: String) {
+        fuse_reply_readlink(raw, target)
+        finished()
+    }
 
     func reply(bytes: [UInt8]) {
         bytes.withUnsafeBufferPointer { b in
             _ = b.withMemoryRebound(to: CChar.self) { fuse_reply_buf(raw, $0.baseAddress, $0.count) }
         }
+        finished(bytes: operation == .read ? bytes.count : 0)
     }
 
     /// Replies with file ranges; libfuse reads them from the descriptors.
     func reply(segments: [FileSegment]) {
         guard let first = segments.first else {
             fuse_reply_buf(raw, nil, 0)
+            finished()
             return
         }
         if segments.count == 1 {
@@ -77,6 +116,7 @@ struct FuseRequest: @unchecked Sendable {
             bufv.buf.pos = off_t(first.offset)
             fuse_reply_data(raw, &bufv, FUSE_BUF_SPLICE_MOVE)
             withExtendedLifetime(first) {}
+            finished(bytes: first.length)
             return
         }
         // Several ranges (never from the engine today): read them into one buffer.
@@ -101,14 +141,17 @@ struct FuseRequest: @unchecked Sendable {
         st.f_favail = fsfilcnt_t(s.freeFiles)
         st.f_namemax = UInt(s.nameMax)
         fuse_reply_statfs(raw, &st)
+        finished()
     }
 
     /// getxattr/listxattr: the size when asked for 0 bytes, ERANGE when the buffer is too small.
     func reply(xattr value: [UInt8], size: Int) {
         if size == 0 {
             fuse_reply_xattr(raw, value.count)
+            finished()
         } else if size < value.count {
             fuse_reply_err(raw, ERANGE)
+            finished(errno: ERANGE)
         } else {
             reply(bytes: value)
         }

@@ -104,13 +104,32 @@ public enum MountRunner {
             } catch {
                 throw MountProblem("cannot listen on the control socket \(ControlSocket.path(for: mountpoint)): \(error)", fix: "fix the runtime folder named above, or set XDG_RUNTIME_DIR to one of your own")
             }
+            // Metrics: bound before the mount is made, so that a port in use stops the mount with a clear error.
+            var metrics: (server: MetricsServer, instruments: MountMetrics)?
+            if let text = options.metricsAddress, let address = MetricsServer.Address(text) {
+                do {
+                    metrics = (try await MetricsServer.bind(address), MountMetrics())
+                } catch {
+                    controlTask.cancel()
+                    _ = try? await controlTask.value
+                    throw MountProblem("cannot serve metrics on \(address): \(error)", fix: "pick a free port with --metrics HOST:PORT (or leave it out)")
+                }
+            }
             let mount: FuseMount
             do {
-                mount = try FuseMount(engine: engine, mountpoint: mountpoint, options: fuseOptions, fsname: fsname, logger: logger)
+                mount = try FuseMount(
+                    engine: engine, mountpoint: mountpoint, options: fuseOptions, fsname: fsname, logger: logger, observer: metrics?.instruments)
             } catch {
+                await metrics?.server.close()
                 controlTask.cancel()
                 _ = try? await controlTask.value
                 throw error
+            }
+            let metricsTask = metrics.map { m in
+                Task {
+                    logger.info("metrics at \(m.server.url)")
+                    await m.server.serve { await m.instruments.scrape(engine) }
+                }
             }
             exit.attach(mount)
             mount.setReadAhead(kilobytes: 1024)
@@ -141,6 +160,8 @@ public enum MountRunner {
             }
             let rc = await mount.run()
             statusTask.cancel()
+            metricsTask?.cancel()
+            await metricsTask?.value
             logger.info("unmounted \(mountpoint)")
             SystemdNotify.stopping(status: "unmounted; storing what is still queued")
             if !leaveQueued.isSet {

@@ -24,6 +24,7 @@ public enum SettingKey: String, CaseIterable, Sendable {
     case uid
     case gid
     case umask
+    case metrics
 
     /// The command-line flag that gives it.
     public var flag: String { "--" + rawValue.replacingOccurrences(of: "_", with: "-") }
@@ -36,7 +37,7 @@ public enum SettingKey: String, CaseIterable, Sendable {
         case .parallel: "8"
         case .logLevel: "info"
         case .umask: "022"
-        case .endpoint, .tokenFile, .caFile, .cacheDir, .uid, .gid: nil
+        case .endpoint, .tokenFile, .caFile, .cacheDir, .uid, .gid, .metrics: nil
         }
     }
 
@@ -49,6 +50,7 @@ public enum SettingKey: String, CaseIterable, Sendable {
         case .cacheDir: "~/.cache/stowfs/<server>/<namespace>"
         case .uid: "yours (\(getuid()))"
         case .gid: "yours (\(getgid()))"
+        case .metrics: "off"
         default: defaultText ?? ""
         }
     }
@@ -260,6 +262,12 @@ public struct ResolvedSettings: Sendable {
             throw problem(.umask, "is not an octal mask", example: "\"022\"")
         }
         options.umask = mask
+        if let m = values[.metrics] {
+            guard MetricsServer.Address(m.text) != nil else {
+                throw problem(.metrics, "is not HOST:PORT", example: "\"127.0.0.1:9560\"")
+            }
+            options.metricsAddress = m.text
+        }
     }
 
     /// What `stowfs config check` prints: every setting, its value and where it came from.

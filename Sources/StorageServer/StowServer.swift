@@ -235,10 +235,17 @@ struct MetricsMiddleware<Context: RequestContext>: RouterMiddleware {
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let start = ContinuousClock.now
-        let response = try await next(request, context)
-        metrics.requestDuration.record(ContinuousClock.now - start)
-        metrics.countRequest(method: request.method.rawValue, route: context.endpointPath ?? "unmatched", status: response.status.code)
-        return response
+        let route = { context.endpointPath ?? "unmatched" }
+        do {
+            let response = try await next(request, context)
+            metrics.countRequest(method: request.method.rawValue, route: route(), status: response.status.code, duration: ContinuousClock.now - start)
+            return response
+        } catch {
+            // Answered by the error (a 4xx of a bad request, a 404 of no route): counted as well.
+            let status = (error as? any HTTPResponseError)?.status.code ?? 500
+            metrics.countRequest(method: request.method.rawValue, route: route(), status: status, duration: ContinuousClock.now - start)
+            throw error
+        }
     }
 }
 

@@ -39,6 +39,9 @@ struct SettingsFlags: ParsableArguments {
     @Option(help: "Mode mask for files that carry no mode, in octal (default 022).")
     var umask: String?
 
+    @Option(help: "Serve Prometheus metrics of the mount at http://HOST:PORT/metrics (HOST:PORT, [IPv6]:PORT, or a port on 127.0.0.1; default: off).")
+    var metrics: String?
+
     @Option(help: "Read settings from this file only (else STOWFS_CONFIG, else ~/.config/stowfs/config.toml and /etc/stowfs/config.toml).")
     var config: String?
 
@@ -55,6 +58,7 @@ struct SettingsFlags: ParsableArguments {
         f[.uid] = uid
         f[.gid] = gid
         f[.umask] = umask
+        f[.metrics] = metrics
         return f
     }
 

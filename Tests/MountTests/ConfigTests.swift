@@ -140,6 +140,10 @@ struct ConfigTests {
             ("umask = \"999\"", "octal"),
             ("token_file = \"/nonexistent/token\"\nendpoint = \"http://h:1\"", "does not exist"),
             ("uid = \"bob\"", "numeric id"),
+            ("metrics = \"localhost\"", "not HOST:PORT"),
+            ("metrics = \"127.0.0.1:70000\"", "not HOST:PORT"),
+            ("metrics = \"[::1]9560\"", "not HOST:PORT"),
+            ("metrics = \":9560\"", "not HOST:PORT"),
         ]
         for (text, words) in cases {
             let s = try settings(text)
@@ -150,6 +154,12 @@ struct ConfigTests {
                 let d = String(describing: e)
                 return d.contains(words) && d.contains(path) && d.contains("→")
             }
+        }
+        // Good addresses: HOST:PORT, [IPv6]:PORT, a bare port (on loopback); an integer in TOML too.
+        for text in ["metrics = \"127.0.0.1:9560\"", "metrics = \"[::1]:9560\"", "metrics = 9560", "metrics = \"0.0.0.0:0\""] {
+            var o = MountOptions(namespace: nil, mountpoint: "/m")
+            try settings(text).apply(to: &o)
+            #expect(o.metricsAddress != nil, "\(text)")
         }
         #expect(throws: ConfigError(path: dir + "/missing.toml", line: nil, message: "does not exist")) {
             _ = try ResolvedSettings.resolve(flags: [:], environment: [:], configPath: dir + "/missing.toml")

@@ -117,6 +117,33 @@ struct HostileInputTests {
         }
     }
 
+    @Test("/metrics times each route in a histogram of its own, by its pattern; refused requests are counted too")
+    func metricsPerRoute() async throws {
+        try await withServer { s in
+            _ = try await s.admin.put(randomBytes(1000, seed: 3), "m/one.bin")
+            // Refused: a token that is not one (401), a route that does not exist (404).
+            #expect(try await s.raw.send("GET", "/service/application/assets/v1.0/namespaces/\(testNamespace.name)/browse", token: "not-a-token").status == 401)
+            #expect(try await s.raw.send("GET", "/no/such/route/\(UUID().uuidString)").status == 404)
+            let text = try await s.raw.send("GET", Routes.metrics).text
+            let lines = text.split(separator: "\n").map(String.init)
+            func count(_ prefix: String) -> Double? {
+                lines.first { $0.hasPrefix(prefix) }.flatMap { Double($0.split(separator: " ").last ?? "") }
+            }
+            // The upload went through some POST route of a namespace (whichever the client picks).
+            let counted = lines.filter { $0.hasPrefix(#"stowd_http_request_duration_seconds_count{method="POST",route="/service/application/assets/"#) && $0.contains("{ns}") }
+            let first = try #require(counted.first, "\(text.prefix(3000))")
+            #expect((Double(first.split(separator: " ").last ?? "") ?? 0) >= 1, "\(first)")
+            let labels = first[first.firstIndex(of: "{")!..<first.lastIndex(of: "}")!]
+            let buckets = lines.filter { $0.hasPrefix("stowd_http_request_duration_seconds_bucket" + labels + ",le=") }
+            #expect(buckets.count == ServerMetrics.durationBuckets.count + 1, "\(labels): \(buckets)")
+            #expect((count(#"stowd_http_requests_total{method="GET",route="/service/application/assets/v1.0/namespaces/{ns}/browse",status="401"}"#) ?? 0) >= 1, "\(text.prefix(3000))")
+            // No route: one label for all such requests, whatever their path (Hummingbird names it NotFound).
+            #expect(lines.contains { $0.hasPrefix(#"stowd_http_requests_total{method="GET",route="NotFound",status="404"}"#) }, "\(text.prefix(3000))")
+            // No path a client sent becomes a label: the namespace's name and the file's are not there.
+            #expect(!text.contains("m/one.bin") && !text.contains("no/such/route"))
+        }
+    }
+
     @Test("a PUT racing the complete of its upload leaves no staging file behind")
     func putRacingComplete() async throws {
         try await withServer { s in

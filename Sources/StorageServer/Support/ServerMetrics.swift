@@ -10,7 +10,6 @@ final class ServerMetrics: Sendable {
     let uploadsCompleted: Counter
     let gcDeletedBlobs: Counter
     let gcExpiredUploads: Counter
-    let requestDuration: DurationHistogram
 
     private static func name(_ metric: String, _ unit: String, _ help: String) -> MetricNameDescriptor {
         MetricNameDescriptor(namespace: "stowd", metricName: metric, unitName: unit, helpText: help)
@@ -24,16 +23,25 @@ final class ServerMetrics: Sendable {
         uploadsCompleted = registry.makeCounter(descriptor: Self.name("uploads_completed", "total", "Uploads completed (files published)."))
         gcDeletedBlobs = registry.makeCounter(descriptor: Self.name("gc_deleted_blobs", "total", "Blobs deleted by the garbage collector."))
         gcExpiredUploads = registry.makeCounter(descriptor: Self.name("gc_expired_uploads", "total", "Abandoned uploads deleted."))
-        requestDuration = registry.makeDurationHistogram(
-            descriptor: Self.name("http_request_duration", "seconds", "Time to answer a request (until the head of the answer)."),
-            buckets: [.milliseconds(1), .milliseconds(5), .milliseconds(25), .milliseconds(100), .milliseconds(500), .seconds(2), .seconds(10)])
     }
 
-    func countRequest(method: String, route: String, status: Int) {
+    static let durationBuckets: [Duration] = [
+        .microseconds(250), .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25),
+        .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .seconds(2), .seconds(5), .seconds(10),
+    ]
+
+    /// One answered request: counted by method, route (the pattern, e.g. `/tus/files/{id}`, never
+    /// the path a client sent) and status; its time in a histogram per method and route.
+    func countRequest(method: String, route: String, status: Int, duration: Duration) {
         registry.makeCounter(
             descriptor: Self.name("http_requests", "total", "HTTP requests answered."),
             labels: [("method", method), ("route", route), ("status", String(status))]
         ).increment()
+        registry.makeDurationHistogram(
+            descriptor: Self.name("http_request_duration", "seconds", "Time to answer a request (until the head of the answer), per route."),
+            labels: [("method", method), ("route", route)],
+            buckets: Self.durationBuckets
+        ).record(duration)
     }
 
     var text: String { registry.emitToString() }

@@ -118,6 +118,7 @@ public actor UploadQueue {
     private var stopped = false
     private var uploadedFiles = 0
     private var uploadedBytes: Int64 = 0
+    private var failedAttempts = 0
     let progress = ProgressBoard()
 
     public init(journal: UploadJournal, store: any ObjectStore, parallelism: Int, chunkSize: Int64, logger: Logger) throws {
@@ -467,7 +468,7 @@ public actor UploadQueue {
         return QueueStatus(
             files: items.count, bytes: items.reduce(0) { $0 + $1.size }, bytesSent: items.reduce(0) { $0 + $1.sent },
             uploading: running.count, failed: records.values.filter { $0.state == .failed }.count, uploadedFiles: uploadedFiles,
-            uploadedBytes: uploadedBytes, items: items)
+            uploadedBytes: uploadedBytes, failedAttempts: failedAttempts, items: items)
     }
 
     // MARK: - Scheduling
@@ -739,6 +740,7 @@ public actor UploadQueue {
         guard var r = records[id] else { return }
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         r.attempts += 1
+        failedAttempts += 1
         r.lastError = "\(error)"
         if let e = error as? StorageError {
             switch e.kind {
@@ -811,6 +813,9 @@ public struct QueueStatus: Codable, Sendable, Equatable {
     /// Stored since the mount started.
     public var uploadedFiles: Int
     public var uploadedBytes: Int64
+    /// Attempts that failed since the mount started (each is retried or, refused, waits): absent
+    /// in answers of an older stowfs.
+    public var failedAttempts: Int?
     public var items: [Item]
 }
 
