@@ -16,11 +16,15 @@ SBINDIR ?= /sbin
 UNITDIR ?= $(PREFIX)/lib/systemd/system
 DOCDIR ?= $(PREFIX)/share/doc/stowfs
 DATADIR ?= $(PREFIX)/share
+MANDIR ?= $(DATADIR)/man
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+# What scripts/test-deb.sh packages (CI: the debug build that make test made).
+DEB_BIN ?= .build/release
 # Where the binaries to install are (install-files alone does not build).
 BUILD_DIR ?= .build/release
 MNT ?= $(CURDIR)/mnt
 
-.PHONY: all deps build release test test-scaleout run stop run-cluster stop-cluster cluster-smoke install install-files bench bench-smoke bench-server bench-coherence bench-coherence-smoke clean
+.PHONY: all deps build release test test-scaleout test-deb deb run stop run-cluster stop-cluster cluster-smoke install install-files bench bench-smoke bench-server bench-coherence bench-coherence-smoke clean
 
 all: build
 
@@ -92,8 +96,23 @@ bench-coherence-smoke: build
 bench-server: release
 	.build/release/stow-bench server --size $${SIZE:-1G} --runs $${RUNS:-3}
 
-# stowd and stowfs, the mount helpers (mount -t fuse.stowfs, /etc/fstab, umount) and the systemd units.
+# stowd and stowfs, the mount helpers (mount -t stowfs, /etc/fstab, umount), the systemd units, man
+# pages and shell completions; then the system user stowd.service runs as (systemd-sysusers).
 install: release install-files
+	@if [ -z "$(DESTDIR)" ] && command -v systemd-sysusers >/dev/null; then systemd-sysusers "$(SYSUSERSDIR)/stowd.conf"; fi
+
+# The Debian package, dist/stowfs_<version>_amd64.deb: both programs, the Swift runtime bundled,
+# units, helpers, man pages, completions (docs/packaging.md).
+deb: release
+	@scripts/install-deps.sh deb
+	@scripts/make-deb.sh --bin .build/release --out dist
+
+# Builds the package from DEB_BIN, runs lintian, installs it with dpkg -i, runs stowd.service and
+# stowfs@.service under a real systemd (in a PID and mount namespace of their own), mounts with
+# mount -t stowfs, removes and purges it; checks nothing is left. Needs root.
+test-deb:
+	@scripts/install-deps.sh deb
+	@scripts/test-deb.sh --bin "$(DEB_BIN)"
 
 install-files:
 	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(SBINDIR)" "$(DESTDIR)$(UNITDIR)" "$(DESTDIR)$(DOCDIR)"
@@ -101,6 +120,10 @@ install-files:
 	install -m 0755 $(BUILD_DIR)/stowfs "$(DESTDIR)$(BINDIR)/stowfs"
 	for f in mount.fuse.stowfs umount.fuse.stowfs; do \
 		sed -e 's|@BINDIR@|$(BINDIR)|g' mount-helpers/$$f > "$(DESTDIR)$(SBINDIR)/$$f" && chmod 0755 "$(DESTDIR)$(SBINDIR)/$$f"; done
+	ln -sf mount.fuse.stowfs "$(DESTDIR)$(SBINDIR)/mount.stowfs"
+	install -d "$(DESTDIR)$(SYSUSERSDIR)"
+	install -m 0644 mount-helpers/sysusers/stowd.conf "$(DESTDIR)$(SYSUSERSDIR)/stowd.conf"
+	python3 scripts/gen-man.py --bin $(BUILD_DIR) --out "$(DESTDIR)$(MANDIR)" > /dev/null
 	for f in stowd.service stowfs@.service; do \
 		sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' mount-helpers/systemd/$$f > "$(DESTDIR)$(UNITDIR)/$$f" && chmod 0644 "$(DESTDIR)$(UNITDIR)/$$f"; done
 	install -m 0644 README.md docs/SEMANTICS.md "$(DESTDIR)$(DOCDIR)/"
@@ -109,7 +132,7 @@ install-files:
 		$(BUILD_DIR)/$$p --generate-completion-script bash > "$(DESTDIR)$(DATADIR)/bash-completion/completions/$$p" && \
 		$(BUILD_DIR)/$$p --generate-completion-script zsh > "$(DESTDIR)$(DATADIR)/zsh/site-functions/_$$p" && \
 		$(BUILD_DIR)/$$p --generate-completion-script fish > "$(DESTDIR)$(DATADIR)/fish/vendor_completions.d/$$p.fish" || exit 1; done
-	@echo "installed stowd and stowfs in $(BINDIR), the mount helpers in $(SBINDIR), the systemd units in $(UNITDIR), shell completions in $(DATADIR)"
+	@echo "installed stowd and stowfs in $(BINDIR), the mount helpers in $(SBINDIR), the systemd units in $(UNITDIR), man pages in $(MANDIR), shell completions in $(DATADIR)"
 
 clean:
-	rm -rf .build
+	rm -rf .build dist

@@ -13,8 +13,10 @@ if [ "${1:-}" = "hostile" ]; then
     python3 -c 'import pytest, schemathesis, botocore' || { echo "install them with: python3 -m pip install -r Tests/hostile/requirements.txt" >&2; exit 1; }
     exit 0
 fi
-packages=(libfuse3-dev fuse3 libsqlite3-dev pkg-config attr rsync curl systemd openssl)
+packages=(libfuse3-dev fuse3 libsqlite3-dev pkg-config attr rsync curl systemd openssl man-db)
 if [ "${1:-}" = "bench" ]; then packages=(libfuse3-dev fuse3 pkg-config gcc python3 rclone fio); fi
+# `install-deps.sh deb`: what make deb and scripts/test-deb.sh use.
+if [ "${1:-}" = "deb" ]; then packages=(dpkg-dev fakeroot patchelf lintian man-db bash-completion systemd); fi
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -22,7 +22,8 @@ struct Stowd: AsyncParsableCommand {
             Tokens: --token-file FILE with one `token namespace-glob permission` per line
             (permission: read, write or admin), or STOWD_TOKEN for one admin token on every
             namespace. With neither, an admin token is generated once into <data-dir>/admin.token.
-            """)
+            """,
+        version: StowVersion.string)
 
     @Option(help: "Folder for the database, the file contents and the signing secret.")
     var dataDir: String = Stowd.defaultDataDirectory()

@@ -20,6 +20,7 @@ struct StowFSCommand: AsyncParsableCommand {
             returns once they are safe in the local journal. `stowfs sync`, fsync(2) and unmount wait
             until the server has everything.
             """,
+        version: StowVersion.string,
         subcommands: [Mount.self, Unmount.self, Sync.self, Status.self, Retry.self, Discard.self, Config.self])
 }
 

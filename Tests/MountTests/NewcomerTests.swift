@@ -218,6 +218,80 @@ struct NewcomerTests {
         #expect(plain.contains("listening on") && !plain.split(separator: "\n").contains { $0.hasPrefix("<") }, "\(plain)")
     }
 
+    @Test("stowfs mount --metrics serves Prometheus text: during a copy the written bytes climb scrape after scrape; then uploads, reads, cache and per-operation histograms move, and stowd's per-route histograms too")
+    func metrics() throws {
+        let m = MountedFS()
+        defer { m.cleanup() }
+        try m.startServer()
+        try m.mountFS(extra: ["--metrics", "127.0.0.1:0", "--log-level", "info"])
+        let url = try #require(
+            m.logText.split(separator: "\n").compactMap { line in line.range(of: "metrics at ").map { String(line[$0.upperBound...]) } }.first,
+            "\(m.logText)")
+        #expect(url.hasPrefix("http://127.0.0.1:") && url.hasSuffix("/metrics"), "\(url)")
+        func scrape(_ address: String = url) throws -> [String: Double] {
+            let text = try m.sh("curl -sf \(address)")
+            var values: [String: Double] = [:]
+            for line in text.split(separator: "\n") where !line.hasPrefix("#") {
+                guard let space = line.lastIndex(of: " "), let v = Double(line[line.index(after: space)...]) else { continue }
+                values[String(line[..<space])] = v
+            }
+            return values
+        }
+        let before = try scrape()
+        #expect(before["stowfs_queue_files"] == 0, "\(before.filter { $0.key.hasPrefix("stowfs_queue") })")
+
+        // A copy of 30 files that takes a few seconds, both endpoints scraped while it runs: the
+        // mount's written bytes climb, and so do the server's received bytes (each file is
+        // uploaded once closed, while the next is written).
+        let writer = Process()
+        writer.executableURL = URL(fileURLWithPath: "/bin/sh")
+        writer.arguments = ["-c", "for i in $(seq 1 30); do head -c 1048576 /dev/urandom > \(m.mountpoint)/copy-$i.bin; sleep 0.1; done"]
+        try writer.run()
+        var written: [Double] = []
+        var received: [Double] = []
+        while writer.isRunning {
+            written.append(try scrape()["stowfs_written_bytes_total"] ?? 0)
+            received.append(try scrape(m.endpoint + "/metrics")["stowd_bytes_received_total"] ?? 0)
+            usleep(250_000)
+        }
+        writer.waitUntilExit()
+        #expect(writer.terminationStatus == 0)
+        func climbs(_ v: [Double]) -> Int { zip(v, v.dropFirst()).filter { $1 > $0 }.count }
+        #expect(climbs(written) >= 3, "the mount's written bytes should climb while the copy runs: \(written)")
+        #expect(climbs(received) >= 2, "the server's received bytes should climb while the copy runs: \(received)")
+
+        _ = try m.stowfs(["sync", m.mountpoint])
+        try m.sh("sync; echo 3 > /proc/sys/vm/drop_caches; cat \(m.mountpoint)/copy-*.bin > /dev/null; ls -l \(m.mountpoint) > /dev/null; cat \(m.mountpoint)/nothing-here 2>/dev/null || true")
+        let after = try scrape()
+        #expect((after["stowfs_written_bytes_total"] ?? 0) >= 30 * 1048576)
+        #expect((after["stowfs_read_bytes_total"] ?? 0) >= 30 * 1048576, "\(after.filter { $0.key.contains("read") })")
+        #expect((after["stowfs_uploads_stored_total"] ?? 0) >= 1)
+        #expect((after["stowfs_uploaded_bytes_total"] ?? 0) >= 30 * 1048576)
+        #expect(after["stowfs_queue_files"] == 0 && after["stowfs_queue_bytes"] == 0)
+        #expect((after["stowfs_cache_misses_total"] ?? 0) + (after["stowfs_cache_hits_total"] ?? 0) > 0)
+        for op in ["write", "read", "lookup", "create", "flush", "release"] {
+            #expect((after["stowfs_fuse_request_duration_seconds_count{op=\"\(op)\"}"] ?? 0) >= 1, "\(op)")
+        }
+        // The missing file: a lookup that answered ENOENT.
+        #expect((after["stowfs_fuse_errors_total{op=\"lookup\"}"] ?? 0) >= 1)
+        #expect(after.keys.contains("stowfs_fuse_request_duration_seconds_bucket{op=\"write\",le=\"+Inf\"}"))
+        // Only /metrics, only GET.
+        #expect(try m.sh("curl -s -o /dev/null -w '%{http_code}' \(url.replacingOccurrences(of: "/metrics", with: "/other"))") == "404")
+        #expect(try m.sh("curl -s -o /dev/null -w '%{http_code}' -X POST \(url)") == "405")
+        // The server saw the upload: its per-route histograms moved.
+        let server = try scrape(m.endpoint + "/metrics")
+        let uploads = server.filter { $0.key.hasPrefix("stowd_http_request_duration_seconds_count{method=\"PUT\"") || $0.key.hasPrefix("stowd_http_request_duration_seconds_count{method=\"POST\"") }
+        #expect(uploads.values.reduce(0, +) >= 2, "\(server.keys.filter { $0.hasPrefix("stowd_http") }.sorted())")
+        // A port in use: the mount is refused, with the reason, and nothing is mounted.
+        let port = url.split(separator: ":").last!.split(separator: "/").first!
+        let other = MountedFS()
+        defer { other.cleanup() }
+        other.useServer(of: m)
+        #expect(throws: (any Error).self) { try other.mountFS(extra: ["--metrics", "127.0.0.1:\(port)"]) }
+        #expect(other.logText.contains("cannot serve metrics on 127.0.0.1:\(port)"), "\(other.logText)")
+        #expect(!MountedFS.isMounted(other.mountpoint))
+    }
+
     @Test("make install-files honours PREFIX and DESTDIR; the helper maps fstab options to flags; the systemd units verify")
     func install() throws {
         let m = MountedFS()
@@ -230,6 +304,8 @@ struct NewcomerTests {
         for (file, executable) in [
             ("bin/stowd", true), ("bin/stowfs", true), ("sbin/mount.fuse.stowfs", true), ("sbin/umount.fuse.stowfs", true),
             ("lib/systemd/system/stowd.service", false), ("lib/systemd/system/stowfs@.service", false), ("share/doc/stowfs/README.md", false),
+            ("sbin/mount.stowfs", true), ("lib/sysusers.d/stowd.conf", false), ("share/man/man1/stowfs.1", false),
+            ("share/man/man1/stowfs-mount.1", false), ("share/man/man1/stowfs-config-check.1", false), ("share/man/man8/stowd.8", false),
         ] {
             #expect(FileManager.default.fileExists(atPath: prefix + "/" + file), "\(file)")
             #expect(FileManager.default.isExecutableFile(atPath: prefix + "/" + file) == executable, "\(file)")
@@ -247,6 +323,11 @@ struct NewcomerTests {
         for command in ["mount", "unmount", "sync", "status", "discard"] {
             #expect(offered.out.split(separator: " ").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }.contains(command), "\(command): \(offered.out)")
         }
+        // Man pages, made from the programs' own help: each flag is on its command's page.
+        let page = try m.run("/bin/sh", ["-c", "MANWIDTH=120 man -l \(prefix)/share/man/man1/stowfs-mount.1 2>&1"])
+        #expect(page.status == 0 && page.out.contains("--cache-size") && page.out.contains("stowfs mount"), "\(page.out.prefix(600))")
+        let stowdPage = try m.run("/bin/sh", ["-c", "MANWIDTH=120 man -l \(prefix)/share/man/man8/stowd.8 2>&1"])
+        #expect(stowdPage.out.contains("--database") && stowdPage.out.contains("--object-store"), "\(stowdPage.out.prefix(600))")
         let helper = try String(contentsOfFile: prefix + "/sbin/mount.fuse.stowfs", encoding: .utf8)
         #expect(helper.contains("\(prefix)/bin/stowfs") && !helper.contains("@BINDIR@"))
 
