@@ -20,6 +20,8 @@ public struct MountOptions: Sendable {
     public var attributeTTL: Double = 5
     public var uploadParallelism = 8
     public var readOnly = false
+    /// `--bwlimit`: bytes per second up and down, 0 for no limit.
+    public var bandwidth: (up: Int64, down: Int64) = (0, 0)
     /// `--metrics HOST:PORT`: where to serve the mount's Prometheus metrics (nil: nowhere).
     public var metricsAddress: String?
     /// Where the embedded stowd keeps its data (no `--endpoint`).

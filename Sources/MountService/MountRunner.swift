@@ -57,6 +57,9 @@ public enum MountRunner {
         storeConfig.requestTimeout = .seconds(15)
         storeConfig.retry = RetryPolicy(attempts: 2, baseDelay: .milliseconds(200))
         storeConfig.maxConnectionsPerHost = max(16, options.uploadParallelism * 2)
+        // Limiters on every mount (unlimited unless --bwlimit), so that `stowfs set` can add a limit later.
+        let bandwidth = BandwidthLimits(up: options.bandwidth.up, down: options.bandwidth.down)
+        storeConfig.bandwidth = bandwidth
         // Every request names this mount, so that it can pass over its own changes in the feed.
         let origin = "m-" + UUID().uuidString.lowercased()
         storeConfig.origin = origin
@@ -85,6 +88,7 @@ public enum MountRunner {
             config.umask = options.umask
             config.readOnly = options.readOnly || options.fuseOptions.contains("ro")
             config.origin = origin
+            config.bandwidth = bandwidth
             let engine = try await StowFileSystem(configuration: config, store: store, logger: logger)
             await engine.start()
 
@@ -138,6 +142,7 @@ public enum MountRunner {
                 Task {
                     logger.info("signal \(sig): storing what is queued, then unmounting")
                     SystemdNotify.stopping(status: "signal \(sig): storing what is queued, then unmounting")
+                    await engine.resumeUploads()
                     await engine.sync { logger.info("\(ProgressText.line($0))") }
                     mount.requestExit()
                 }
@@ -151,7 +156,8 @@ public enum MountRunner {
                 while !Task.isCancelled, SystemdNotify.socketPath != nil {
                     try? await Task.sleep(for: .seconds(2))
                     let q = await engine.status().queue
-                    let line = q.files == 0 ? "mounted; queue empty" : "mounted; queue: \(q.files) file(s), \(ByteSize.format(q.bytes))"
+                    var line = q.files == 0 ? "mounted; queue empty" : "mounted; queue: \(q.files) file(s), \(ByteSize.format(q.bytes))"
+                    if q.paused == true { line += "; uploads paused (stowfs resume)" }
                     if line != last {
                         SystemdNotify.status(line)
                         last = line
@@ -167,6 +173,10 @@ public enum MountRunner {
             if !leaveQueued.isSet {
                 // The mount is gone (unmount, fusermount3 -u, a signal): what is still owed goes now.
                 let pending = await engine.status().queue.files
+                if pending > 0 && engine.uploadsArePaused {
+                    logger.info("uploads were paused: resuming them to store what is queued")
+                    await engine.resumeUploads()
+                }
                 if pending > 0 {
                     logger.info("storing \(pending) file(s) still queued before exiting")
                     await engine.sync { logger.info("\(ProgressText.line($0))") }

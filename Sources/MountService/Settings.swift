@@ -24,6 +24,7 @@ public enum SettingKey: String, CaseIterable, Sendable {
     case uid
     case gid
     case umask
+    case bwlimit
     case metrics
 
     /// The command-line flag that gives it.
@@ -37,6 +38,7 @@ public enum SettingKey: String, CaseIterable, Sendable {
         case .parallel: "8"
         case .logLevel: "info"
         case .umask: "022"
+        case .bwlimit: "off"
         case .endpoint, .tokenFile, .caFile, .cacheDir, .uid, .gid, .metrics: nil
         }
     }
@@ -262,6 +264,10 @@ public struct ResolvedSettings: Sendable {
             throw problem(.umask, "is not an octal mask", example: "\"022\"")
         }
         options.umask = mask
+        guard let bw = values[.bwlimit].flatMap({ BandwidthLimits.parse($0.text) }) else {
+            throw problem(.bwlimit, "is not RATE or UP:DOWN in bytes per second", example: "\"10M\" (or \"1M:10M\", or \"off\")")
+        }
+        options.bandwidth = bw
         if let m = values[.metrics] {
             guard MetricsServer.Address(m.text) != nil else {
                 throw problem(.metrics, "is not HOST:PORT", example: "\"127.0.0.1:9560\"")

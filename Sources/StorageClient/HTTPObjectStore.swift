@@ -35,6 +35,8 @@ public final class HTTPObjectStore: ObjectStore {
         /// certificate (a private CA). Nil: the system's trust store. A certificate that does not
         /// verify fails every call with a `StorageError` of kind `tlsFailure`.
         public var caFile: String?
+        /// `--bwlimit`: file contents sent and received wait for their share (nil: no limits).
+        public var bandwidth: BandwidthLimits?
 
         public init(endpoint: String, token: String?) {
             self.endpoint = endpoint.hasSuffix("/") ? String(endpoint.dropLast()) : endpoint
@@ -277,12 +279,13 @@ public final class HTTPObjectStore: ObjectStore {
             guard Int64(buffer.readableBytes) >= end else { throw StorageError(.localIO, "the source has \(buffer.readableBytes) bytes, fewer than \(end)") }
             let slice = buffer.getSlice(at: buffer.readerIndex + Int(offset), length: Int(end - offset)) ?? ByteBuffer()
             request.body = .bytes(slice)
+            await configuration.bandwidth?.up.take(slice.readableBytes)
             answer = try await executeOnce(request, maxBody: 1 << 20, timeout: .seconds(3600))
             counter?.add(Int64(slice.readableBytes))
         case .file(let path):
             answer = try await withFile(path) { handle in
                 let chunks = handle.readChunks(in: offset..<end, chunkLength: .mebibytes(1))
-                request.body = .stream(CountingChunks(base: chunks, counter: counter), length: .known(end - offset))
+                request.body = .stream(CountingChunks(base: chunks, counter: counter, limiter: configuration.bandwidth?.up), length: .known(end - offset))
                 return try await executeOnce(request, maxBody: 1 << 20, timeout: .seconds(24 * 3600))
             }
         }
@@ -333,12 +336,13 @@ public final class HTTPObjectStore: ObjectStore {
             guard Int64(buffer.readableBytes) >= end else { throw StorageError(.localIO, "the source has \(buffer.readableBytes) bytes, fewer than \(end)") }
             let slice = buffer.getSlice(at: buffer.readerIndex + Int(offset), length: Int(end - offset)) ?? ByteBuffer()
             request.body = .bytes(slice)
+            await configuration.bandwidth?.up.take(slice.readableBytes)
             answer = try await executeOnce(request, maxBody: 1 << 20, timeout: .seconds(3600))
             counter?.add(Int64(slice.readableBytes))
         case .file(let path):
             answer = try await withFile(path) { handle in
                 let chunks = handle.readChunks(in: offset..<end, chunkLength: .mebibytes(1))
-                request.body = .stream(CountingChunks(base: chunks, counter: counter), length: .known(end - offset))
+                request.body = .stream(CountingChunks(base: chunks, counter: counter, limiter: configuration.bandwidth?.up), length: .known(end - offset))
                 return try await executeOnce(request, maxBody: 1 << 20, timeout: .seconds(24 * 3600))
             }
         }
@@ -383,6 +387,7 @@ public final class HTTPObjectStore: ObjectStore {
         let declaration = WireJSON.encode(request).base64EncodedString()
         var r = makeRequest(.POST, url(Routes.directUpload(ns)), headers: [(Routes.directUploadHeader, declaration), ("Content-Type", "application/octet-stream")])
         r.body = .bytes(bytes)
+        await configuration.bandwidth?.up.take(bytes.readableBytes)
         let answer = try await executeOnce(r, maxBody: 1 << 20, timeout: configuration.requestTimeout)
         if Self.mayBeMissingRoute(answer) {
             // An older server, or a namespace that does not exist: the standard way tells which.
@@ -422,6 +427,7 @@ public final class HTTPObjectStore: ObjectStore {
         }
         var r = makeRequest(.POST, url(Routes.batchUpload(ns)), headers: [("Content-Type", "application/octet-stream")])
         r.body = .bytes(body)
+        await configuration.bandwidth?.up.take(body.readableBytes)
         let answer = try await executeOnce(r, maxBody: 16 << 20, timeout: configuration.requestTimeout)
         if Self.mayBeMissingRoute(answer) {
             // An older server, or a namespace that does not exist: one by one tells which.
@@ -532,6 +538,7 @@ public final class HTTPObjectStore: ObjectStore {
                 throw transportError(error)
             }
             let answer = Answer(status: Int(followed.response.status.code), headers: followed.response.headers, body: body)
+            await configuration.bandwidth?.down.take(body.readableBytes)
             if answer.status >= 500 || answer.status == 429 || answer.status == 408 { throw failure(answer) }
             return answer
         }
@@ -606,6 +613,7 @@ public final class HTTPObjectStore: ObjectStore {
             let room = wanted - delivered
             if chunk.readableBytes > room { chunk = chunk.getSlice(at: chunk.readerIndex, length: Int(room))! }
             guard chunk.readableBytes > 0 else { continue }
+            await configuration.bandwidth?.down.take(chunk.readableBytes)
             try consume(chunk)
             delivered += Int64(chunk.readableBytes)
         }
@@ -635,6 +643,7 @@ public final class HTTPObjectStore: ObjectStore {
             try await FileSystem.shared.withFileHandle(forWritingAt: FilePath(path), options: .newFile(replaceExisting: true)) { handle in
                 var writer = handle.bufferedWriter(capacity: .mebibytes(1))
                 for try await chunk in response.body {
+                    await configuration.bandwidth?.down.take(chunk.readableBytes)
                     try await writer.write(contentsOf: chunk)
                     written += Int64(chunk.readableBytes)
                     progress?(written, total)
@@ -676,16 +685,20 @@ struct CountingChunks<Base: AsyncSequence & Sendable>: AsyncSequence, Sendable w
     typealias Element = ByteBuffer
     let base: Base
     let counter: ProgressCounter?
+    /// `--bwlimit`'s upload limit: each chunk waits for its share before it goes.
+    var limiter: BandwidthLimiter? = nil
 
     struct AsyncIterator: AsyncIteratorProtocol {
         var base: Base.AsyncIterator
         let counter: ProgressCounter?
+        let limiter: BandwidthLimiter?
         mutating func next() async throws -> ByteBuffer? {
             guard let chunk = try await base.next() else { return nil }
+            await limiter?.take(chunk.readableBytes)
             counter?.add(Int64(chunk.readableBytes))
             return chunk
         }
     }
 
-    func makeAsyncIterator() -> AsyncIterator { AsyncIterator(base: base.makeAsyncIterator(), counter: counter) }
+    func makeAsyncIterator() -> AsyncIterator { AsyncIterator(base: base.makeAsyncIterator(), counter: counter, limiter: limiter) }
 }

@@ -1,3 +1,4 @@
+public import StorageClient
 public import StorageProtocol
 
 /// How a mount behaves. The defaults are what `stowfs mount` uses.
@@ -52,6 +53,9 @@ public struct MountConfiguration: Sendable {
     public var origin: String?
     /// How long one read of the change feed waits for changes (a long poll).
     public var changeWait: Duration = .seconds(25)
+
+    /// `--bwlimit`: the limiters the store's requests wait on, changed live by `stowfs set` (nil: none).
+    public var bandwidth: BandwidthLimits?
 
     public init(scope: Scope, cacheDirectory: String) {
         self.scope = scope

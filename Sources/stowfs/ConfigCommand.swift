@@ -39,6 +39,9 @@ struct SettingsFlags: ParsableArguments {
     @Option(help: "Mode mask for files that carry no mode, in octal (default 022).")
     var umask: String?
 
+    @Option(help: "Bandwidth limit in bytes per second, binary K/M/G: RATE for both directions or UP:DOWN (10M, 1M:10M; off). Change it live with `stowfs set`.")
+    var bwlimit: String?
+
     @Option(help: "Serve Prometheus metrics of the mount at http://HOST:PORT/metrics (HOST:PORT, [IPv6]:PORT, or a port on 127.0.0.1; default: off).")
     var metrics: String?
 
@@ -58,6 +61,7 @@ struct SettingsFlags: ParsableArguments {
         f[.uid] = uid
         f[.gid] = gid
         f[.umask] = umask
+        f[.bwlimit] = bwlimit
         f[.metrics] = metrics
         return f
     }

@@ -88,10 +88,15 @@ enum StatusText {
         } else {
             lines.append("  queue:   \(q.files) file(s), \(ByteSize.format(q.bytes)) (\(ByteSize.format(q.bytesSent)) sent), \(q.uploading) uploading, \(q.failed) failed")
         }
+        if q.paused == true { lines.append("  uploads: paused — nothing is sent until `stowfs resume \(mountpoint)`") }
         lines.append("  stored:  \(q.uploadedFiles) file(s), \(ByteSize.format(q.uploadedBytes)) since mount")
         let hitRate = s.cache.hits + s.cache.misses > 0 ? Double(s.cache.hits) * 100 / Double(s.cache.hits + s.cache.misses) : 0
         lines.append(String(format: "  cache:   %@ of %@, %.0f%% hits", ByteSize.format(s.cache.bytes), ByteSize.format(s.cache.capacity), hitRate))
         lines.append("  open:    \(s.openFiles) handle(s), \(s.inodes) inode(s) known")
+        if let b = s.bandwidth, b.up > 0 || b.down > 0 {
+            func rate(_ r: Int64) -> String { r == 0 ? "no limit" : "\(ByteSize.format(r))/s" }
+            lines.append("  limit:   \(rate(b.up)) up, \(rate(b.down)) down (stowfs set \(mountpoint) --bwlimit …)")
+        }
         if let f = s.feed {
             var line = "  feed:    " + (f.connected ? "connected" : "not connected")
             if f.connected, let ago = f.secondsSinceAnswer { line += String(format: " (last answer %.1f s ago)", ago) }

@@ -21,7 +21,9 @@ struct StowFSCommand: AsyncParsableCommand {
             until the server has everything.
             """,
         version: StowVersion.string,
-        subcommands: [Mount.self, Unmount.self, Sync.self, Status.self, Retry.self, Discard.self, Config.self])
+        subcommands: [
+            Mount.self, Unmount.self, Sync.self, Status.self, Pause.self, Resume.self, SetCommand.self, Retry.self, Discard.self, Config.self,
+        ])
 }
 
 func bootstrapLogging(level: Logger.Level) {
@@ -217,17 +219,24 @@ struct Sync: AsyncParsableCommand {
             Uploads that failed before are tried once more. When the server refuses some for good
             (a name or attribute it does not take, a token without write access, a full quota),
             they are listed with the reason and the exit status is 1; they stay queued (`stowfs
-            retry`, `stowfs discard`).
+            retry`, `stowfs discard`). While uploads are paused (`stowfs pause`) it says so and
+            waits for `stowfs resume`; with --no-wait it exits 1 at once instead.
             """)
 
     @Argument(help: "The mountpoint.")
     var mountpoint: String
 
+    @Flag(help: "When uploads are paused and files wait, say so and exit 1 instead of waiting.")
+    var noWait = false
+
     func run() async throws {
         let progress = ProgressPrinter()
         let failures = FailureBox()
         do {
-            try await ControlClient.send(ControlRequest(command: "sync"), mountpoint: mountpoint) { m in
+            try await ControlClient.send(ControlRequest(command: "sync", noWait: noWait ? true : nil), mountpoint: mountpoint) { m in
+                if m.paused == true {
+                    FileHandle.standardError.write(Data("stowfs: uploads are paused: waiting until `stowfs resume \(mountpoint)` (Ctrl-C stops waiting; nothing is lost)\n".utf8))
+                }
                 if let p = m.progress { progress.show(p) }
                 if let e = m.error { fail(e) }
                 if let f = m.failures { failures.set(f) }
@@ -238,6 +247,87 @@ struct Sync: AsyncParsableCommand {
         progress.finish(failures: failures.value, kept: false)
         if !failures.value.isEmpty { throw ExitCode(1) }
     }
+}
+
+struct Pause: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Stop sending uploads to the server until `stowfs resume`.",
+        discussion: """
+            Uploads in flight stop (a large file's upload keeps what the server has and goes on from
+            there) and no new one starts; files written meanwhile land in the local cache and queue
+            as usual, and reads work. `stowfs status` shows "paused"; `stowfs sync` and fsync(2)
+            wait until the uploads resume; `stowfs unmount` resumes them to store what is queued
+            (with --leave-queued they stay queued for the next mount). A new mount starts unpaused.
+            """)
+
+    @Argument(help: "The mountpoint.")
+    var mountpoint: String
+
+    func run() async throws {
+        try await sendSimple("pause", mountpoint: mountpoint)
+        print("uploads paused at \(mountpoint); `stowfs resume \(mountpoint)` sends them again")
+    }
+}
+
+struct Resume: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Send uploads again after `stowfs pause`.")
+
+    @Argument(help: "The mountpoint.")
+    var mountpoint: String
+
+    func run() async throws {
+        try await sendSimple("resume", mountpoint: mountpoint)
+        print("uploads resumed at \(mountpoint)")
+    }
+}
+
+struct SetCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "set",
+        abstract: "Change a setting of a running mount, now.",
+        discussion: """
+            --bwlimit RATE (both directions) or UP:DOWN, in bytes per second with binary K, M, G as
+            rclone's (10M is 10 MiB/s); off or 0 for no limit. Uploads and reads in flight slow down
+            or speed up at once. The mount's setting (--bwlimit of stowfs mount) is what a new mount
+            starts with.
+            """)
+
+    @Argument(help: "The mountpoint.")
+    var mountpoint: String
+
+    @Option(help: "RATE or UP:DOWN, e.g. 10M, 1M:10M, off.")
+    var bwlimit: String
+
+    func validate() throws {
+        guard BandwidthLimits.parse(bwlimit) != nil else {
+            throw ValidationError("--bwlimit `\(bwlimit)`: give RATE or UP:DOWN in bytes per second, e.g. 10M, 1M:10M, off")
+        }
+    }
+
+    func run() async throws {
+        let answer = StatusBox()
+        do {
+            try await ControlClient.send(ControlRequest(command: "set", bwlimit: bwlimit), mountpoint: mountpoint) { m in answer.set(m) }
+        } catch {
+            fail("\(error)")
+        }
+        if let e = answer.value?.error { fail(e) }
+        let (up, down) = BandwidthLimits.parse(bwlimit)!
+        func rate(_ r: Int64) -> String { r == 0 ? "no limit" : "\(ByteSize.format(r))/s" }
+        print("bandwidth at \(mountpoint): \(rate(up)) up, \(rate(down)) down")
+    }
+}
+
+/// Sends a command whose answer is `done` or an error; fails with the error.
+private func sendSimple(_ command: String, mountpoint: String) async throws {
+    let answer = StatusBox()
+    do {
+        try await ControlClient.send(ControlRequest(command: command), mountpoint: mountpoint) { m in answer.set(m) }
+    } catch {
+        fail("\(error)")
+    }
+    if let e = answer.value?.error { fail(e) }
+    guard answer.value?.done == true else { fail("the mount did not answer `\(command)`") }
 }
 
 struct Status: AsyncParsableCommand {

@@ -10,7 +10,10 @@ import Glibc
 /// - `unmount` → like `sync` (unless `leave_queued`), then the mount goes away, then `done`;
 ///   uploads the server refused stay in the journal for the next mount, and `done` lists them;
 /// - `retry` (`paths`, relative to the mountpoint; none: all) → failed uploads go again now; `done` with `count`;
-/// - `discard` (`paths`) → the refused uploads there are dropped; `done` with `discarded`.
+/// - `discard` (`paths`) → the refused uploads there are dropped; `done` with `discarded`;
+/// - `set` (`bwlimit`: `RATE` or `UP:DOWN`) → the mount's limits change now; `done`;
+/// - `pause` / `resume` → uploads stop / go on; `done`. While paused, `sync` first says `paused`
+///   and then waits (with `no_wait`: an `error` at once instead), and `unmount` resumes them.
 ///
 /// `sync` and `unmount` end with `done` and, when the server refused some uploads for good,
 /// `failures` (path and reason each): they are kept, not dropped.
@@ -18,16 +21,23 @@ public struct ControlRequest: Codable, Sendable, Equatable {
     public var command: String
     public var leaveQueued: Bool?
     public var paths: [String]?
+    /// `sync`: while uploads are paused, answer at once (an error) instead of waiting.
+    public var noWait: Bool?
+    /// `set`: the new bandwidth limit.
+    public var bwlimit: String?
 
-    public init(command: String, leaveQueued: Bool? = nil, paths: [String]? = nil) {
+    public init(command: String, leaveQueued: Bool? = nil, paths: [String]? = nil, noWait: Bool? = nil, bwlimit: String? = nil) {
         self.command = command
         self.leaveQueued = leaveQueued
         self.paths = paths
+        self.noWait = noWait
+        self.bwlimit = bwlimit
     }
 
     enum CodingKeys: String, CodingKey {
-        case command, paths
+        case command, paths, bwlimit
         case leaveQueued = "leave_queued"
+        case noWait = "no_wait"
     }
 }
 
@@ -43,10 +53,12 @@ public struct ControlMessage: Codable, Sendable, Equatable {
     public var count: Int?
     /// `discard`: the locations whose refused uploads were dropped.
     public var discarded: [String]?
+    /// `sync` while uploads are paused: said before it waits.
+    public var paused: Bool?
 
     public init(
         status: MountStatus? = nil, progress: QueueStatus? = nil, done: Bool? = nil, error: String? = nil, mountpoint: String? = nil,
-        failures: [UploadQueue.Failure]? = nil, count: Int? = nil, discarded: [String]? = nil
+        failures: [UploadQueue.Failure]? = nil, count: Int? = nil, discarded: [String]? = nil, paused: Bool? = nil
     ) {
         self.status = status
         self.progress = progress
@@ -56,6 +68,7 @@ public struct ControlMessage: Codable, Sendable, Equatable {
         self.failures = failures
         self.count = count
         self.discarded = discarded
+        self.paused = paused
     }
 }
 

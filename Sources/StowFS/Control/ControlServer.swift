@@ -2,6 +2,7 @@ import Foundation
 public import Logging
 import NIOCore
 import NIOPosix
+import StorageClient
 import StorageProtocol
 
 /// Serves the control socket of a mount (status, sync, unmount).
@@ -71,9 +72,35 @@ public final class ControlServer: Sendable {
                 case "status":
                     try await send(ControlMessage(status: await engine.status(), mountpoint: mountpoint))
                 case "sync":
+                    if engine.uploadsArePaused {
+                        let waiting = await engine.status().queue.files
+                        if request?.noWait == true && waiting > 0 {
+                            try await send(ControlMessage(error: "uploads are paused: \(waiting) file(s) wait; `stowfs resume \(mountpoint)` sends them"))
+                            return
+                        }
+                        try await send(ControlMessage(paused: true))
+                    }
                     let failures = try await drain(send)
                     try await send(ControlMessage(done: true, failures: failures.isEmpty ? nil : failures))
+                case "set":
+                    guard let text = request?.bwlimit, let (up, down) = BandwidthLimits.parse(text) else {
+                        try await send(ControlMessage(error: "--bwlimit wants RATE or UP:DOWN in bytes per second (10M, 512K:4M, off)"))
+                        return
+                    }
+                    guard engine.setBandwidth(up: up, down: down) else {
+                        try await send(ControlMessage(error: "this mount has no bandwidth limiter"))
+                        return
+                    }
+                    try await send(ControlMessage(done: true))
+                case "pause":
+                    await engine.pauseUploads()
+                    try await send(ControlMessage(done: true))
+                case "resume":
+                    await engine.resumeUploads()
+                    try await send(ControlMessage(done: true))
                 case "unmount":
+                    // Unmounting means storing what is queued: paused uploads go on (unless they stay queued).
+                    if request?.leaveQueued != true && engine.uploadsArePaused { await engine.resumeUploads() }
                     // Refused uploads do not keep the mount: they stay in the journal for the next one.
                     let failures = request?.leaveQueued == true ? [] : try await drain(send)
                     await unmount(request?.leaveQueued == true)
@@ -94,7 +121,7 @@ public final class ControlServer: Sendable {
                         try await send(ControlMessage(error: "\(error)"))
                     }
                 default:
-                    try await send(ControlMessage(error: "unknown command; use status, sync, unmount, retry or discard"))
+                    try await send(ControlMessage(error: "unknown command; use status, sync, unmount, retry, discard, pause, resume or set"))
                 }
                 return
             }

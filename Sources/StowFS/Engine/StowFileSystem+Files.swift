@@ -657,7 +657,7 @@ extension StowFileSystem {
             } else if let stream = local.stream {
                 stream.grew(to: local.size)
             } else if local.appendOnly, configuration.streamThreshold > 0, local.size >= configuration.streamThreshold, local.writers == 1,
-                e.upload == nil, e.olderUploads.isEmpty, e.submitting == 0, !e.unlinked, streamSupport.works,
+                e.upload == nil, e.olderUploads.isEmpty, e.submitting == 0, !e.unlinked, streamSupport.works, !uploadsPaused.load(ordering: .relaxed),
                 let location = try? self.location(s, ino), location.namespace != nil
             {
                 // Large, and written from empty by appends: it goes to the server as it grows.

@@ -86,7 +86,40 @@ extension StowFileSystem {
     public func status() async -> MountStatus {
         let queue = await self.queue.status()
         let (inodes, open) = state.withLock { s in (s.inodes.count, s.handles.count) }
-        return MountStatus(queue: queue, cache: blocks.statistics, inodes: inodes, openFiles: open, feed: feedStatus, locks: lockStatus)
+        let bandwidth = configuration.bandwidth.map { BandwidthStatus(up: $0.up.bytesPerSecond, down: $0.down.bytesPerSecond) }
+        return MountStatus(
+            queue: queue, cache: blocks.statistics, inodes: inodes, openFiles: open, feed: feedStatus, locks: lockStatus, bandwidth: bandwidth)
+    }
+
+    /// `stowfs pause`: no upload starts and those in flight stop (resumable ones keep their offset);
+    /// writes still land in the cache and the journal. Files streaming as they are written stop
+    /// streaming and go the usual way after their close. `sync` and fsync wait until `resumeUploads`.
+    public func pauseUploads() async {
+        uploadsPaused.store(true, ordering: .relaxed)
+        state.withLock { s in
+            for (ino, e) in s.inodes where e.local?.stream != nil {
+                var e = e
+                stopStream(&e.local!, "uploads paused")
+                s.inodes[ino] = e
+            }
+        }
+        await queue.suspend()
+    }
+
+    /// `stowfs resume`.
+    public func resumeUploads() async {
+        uploadsPaused.store(false, ordering: .relaxed)
+        await queue.unsuspend()
+    }
+
+    public var uploadsArePaused: Bool { uploadsPaused.load(ordering: .relaxed) }
+
+    /// `stowfs set --bwlimit`: false when the mount was made without limiters to change.
+    public func setBandwidth(up: Int64, down: Int64) -> Bool {
+        guard let b = configuration.bandwidth else { return false }
+        b.set(up: up, down: down)
+        logger.info("bandwidth: \(b.description)")
+        return true
     }
 
     /// Stops the background uploads (after `sync`, for a clean unmount).
@@ -105,6 +138,13 @@ public struct MountStatus: Codable, Sendable, Equatable {
     public var feed: FeedStatus?
     /// Locks shared with other mounts (absent in answers of an older stowfs).
     public var locks: LockStatus?
+    /// `--bwlimit` in bytes per second, 0 for none (absent in answers of an older stowfs).
+    public var bandwidth: BandwidthStatus?
+}
+
+public struct BandwidthStatus: Codable, Sendable, Equatable {
+    public var up: Int64
+    public var down: Int64
 }
 
 /// `stowfs discard`: what the server refused is dropped on request, never on its own.

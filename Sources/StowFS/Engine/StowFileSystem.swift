@@ -47,6 +47,8 @@ public final class StowFileSystem: Sendable {
     /// Uploaded local copies, emptied for the next file.
     let cacheFiles = CacheFilePool()
     let streamSupport = StreamSupport()
+    /// `stowfs pause`: read from the FUSE threads (no stream starts while it is set).
+    let uploadsPaused = Atomic<Bool>(false)
     /// The subscription to the namespace's change feed (`StowFileSystem+Changes`).
     let feed = FeedState()
     /// Locks shared with other mounts (`StowFileSystem+Locks`).

@@ -116,6 +116,9 @@ public actor UploadQueue {
     private var scheduler: Task<Void, Never>?
     private let wake = Wakeup()
     private var stopped = false
+    /// `stowfs pause`: nothing starts, and what ran was interrupted (each keeps its session, so a
+    /// resumable upload goes on from the server's offset after `unsuspend`).
+    private var suspended = false
     private var uploadedFiles = 0
     private var uploadedBytes: Int64 = 0
     private var failedAttempts = 0
@@ -171,6 +174,31 @@ public actor UploadQueue {
         for t in tasks { t.cancel() }
         for t in tasks { _ = await t.value }
     }
+
+    /// `stowfs pause`: no upload starts until `unsuspend`; those running are interrupted and wait
+    /// (an upload the server may be storing right now — a one-request upload, a complete — is
+    /// let finish). Records keep their sessions: a chunked upload resumes at the server's offset.
+    public func suspend() async {
+        guard !suspended else { return }
+        suspended = true
+        logger.info("uploads paused")
+        var tasks: [Task<FileRecord?, Never>] = []
+        for (id, task) in running where !completing.contains(id) {
+            task.cancel()
+            tasks.append(task)
+        }
+        for t in tasks { _ = await t.value }
+    }
+
+    /// `stowfs resume`: uploads start again.
+    public func unsuspend() {
+        guard suspended else { return }
+        suspended = false
+        logger.info("uploads resumed")
+        wake.signal()
+    }
+
+    public var isSuspended: Bool { suspended }
 
     // MARK: - Adding and changing records
 
@@ -468,14 +496,14 @@ public actor UploadQueue {
         return QueueStatus(
             files: items.count, bytes: items.reduce(0) { $0 + $1.size }, bytesSent: items.reduce(0) { $0 + $1.sent },
             uploading: running.count, failed: records.values.filter { $0.state == .failed }.count, uploadedFiles: uploadedFiles,
-            uploadedBytes: uploadedBytes, failedAttempts: failedAttempts, items: items)
+            uploadedBytes: uploadedBytes, failedAttempts: failedAttempts, paused: suspended ? true : nil, items: items)
     }
 
     // MARK: - Scheduling
 
     /// Starts what may start; returns how long until a delayed record is due.
     private func schedule() -> Duration {
-        guard !stopped else { return .seconds(3600) }
+        guard !stopped, !suspended else { return .seconds(3600) }
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         var nextDue: Int64 = .max
         let busyLocations = Set(running.keys.compactMap { records[$0]?.location })
@@ -586,7 +614,7 @@ public actor UploadQueue {
         } catch {
             for item in items {
                 starting.remove(item.id)
-                if !(cancelling.contains(item.id) || stopped) { failed(item.id, error) }
+                if !(cancelling.contains(item.id) || stopped || suspended) { failed(item.id, error) }
             }
             return nil
         }
@@ -598,7 +626,7 @@ public actor UploadQueue {
                 progress.set(item.id, item.record.size)
                 if let final = await applyPatches(item.id, stored, ns: ns, fallback: item.record.location) { done.append((item.id, final)) }
             case .failure(let error):
-                if !(cancelling.contains(item.id) || stopped) { failed(item.id, error) }
+                if !(cancelling.contains(item.id) || stopped || suspended) { failed(item.id, error) }
             }
         }
         // Changes to a file whose patches were sent before another's were (while that was on its
@@ -679,7 +707,7 @@ public actor UploadQueue {
                 willComplete: { await self.markCompleting(id) })
             return await settle(id, stored, ns: ns, fallback: r.location)
         } catch {
-            if cancelling.contains(id) || stopped { return nil }
+            if cancelling.contains(id) || stopped || suspended { return nil }
             failed(id, error)
             return nil
         }
@@ -816,6 +844,8 @@ public struct QueueStatus: Codable, Sendable, Equatable {
     /// Attempts that failed since the mount started (each is retried or, refused, waits): absent
     /// in answers of an older stowfs.
     public var failedAttempts: Int?
+    /// `stowfs pause`: nothing is sent until `stowfs resume` (absent: not paused).
+    public var paused: Bool?
     public var items: [Item]
 }
 
