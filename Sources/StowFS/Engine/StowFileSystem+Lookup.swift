@@ -74,10 +74,16 @@ extension StowFileSystem {
         }
         // A folder not listed yet (or whose listing went stale): list it — up to a few thousand names —
         // and answer this and the lookups that follow from the listing. `cp -r` into a folder then costs
-        // one listing, not a request per new name.
+        // one listing, not a request per new name. A folder found too large for that is not listed
+        // again on every lookup (that made each create in a folder of 8,000 files list 5,000 names):
+        // for a while, its lookups ask for the one name.
+        let tooLarge = state.withLock { s in s.inodes[parent]?.directory?.tooLargeToListUntil.map { $0 > .now } ?? false }
         do throws(FSError) {
-            if try await refreshDirectory(parent, cap: Self.lookupListingCap) {
-                return try answerFromListing(parent: parent, name: name, retain: retain)
+            if !tooLarge {
+                if try await refreshDirectory(parent, cap: Self.lookupListingCap) {
+                    return try answerFromListing(parent: parent, name: name, retain: retain)
+                }
+                state.withLock { s in s.inodes[parent]?.directory?.tooLargeToListUntil = .now + Self.tooLargeToListFor }
             }
         } catch {
             // Offline: what we knew, however old, still answers — a name we had seen, or a whole listing.
@@ -98,7 +104,11 @@ extension StowFileSystem {
             state.withLock { $0.inodes[parent]?.directory?.negative[name] = .now + configuration.negativeTTL }
             throw FSError.notFound
         } catch {
-            throw FSError.from(error)
+            // Offline: a name we had seen in this folder still answers, as above.
+            let failure = FSError.from(error)
+            let known = state.withLock { s in s.inodes[parent]?.directory?.children[name].flatMap { s.inodes[$0] }.map { !$0.unlinked } ?? false }
+            guard case .io = failure, known else { throw failure }
+            return try answerFromListing(parent: parent, name: name, retain: retain)
         }
         return state.withLock { s in
             let ino = upsert(&s, record, parent: parent, name: name, observedAt: asked)
@@ -109,6 +119,8 @@ extension StowFileSystem {
 
     /// Folders up to this many names are listed whole on a lookup miss.
     static let lookupListingCap = 5000
+    /// How long a folder found larger than that is not listed on a lookup miss.
+    static let tooLargeToListFor: Duration = .seconds(60)
 
     /// Answers a lookup from the folder's listing, fresh or not.
     func answerFromListing(parent: InodeNumber, name: String, retain: Bool) throws(FSError) -> Entry {

@@ -117,6 +117,9 @@ public final class StowFileSystem: Sendable {
         /// client seen in it since (through the change feed): exclusive creates in it are decided
         /// here (see `createExclusiveHere`).
         var madeHere = false
+        /// A lookup found more names than it lists whole (`lookupListingCap`): until then,
+        /// lookups of names not known ask for that one name instead of listing it again.
+        var tooLargeToListUntil: ContinuousClock.Instant?
     }
 
     struct InodeEntry: Sendable {

@@ -35,6 +35,26 @@ public actor UploadQueue {
     /// The records owed, by id. Read through `records`, which first takes in what `enqueueHeld`
     /// and `updateHeldNow` recorded from outside the actor.
     private var table: [Int64: UploadJournal.Record] = [:]
+    /// The ids of `table` in ascending order, for the scheduler (which must not sort the whole
+    /// queue on every round: with 20,000 files queued that was most of a CPU). Ids are appended as
+    /// records arrive; ids no longer in `table` are skipped, and dropped when they pile up.
+    private var order: [Int64] = []
+    private var orderNeedsSort = false
+
+    private func noteInserted(_ id: Int64) {
+        if let last = order.last, id <= last { orderNeedsSort = true }
+        order.append(id)
+    }
+
+    /// `order`, sorted, without ids gone from `table` when those are many.
+    private func orderedIDs() -> [Int64] {
+        if orderNeedsSort {
+            order = Array(Set(order)).sorted()
+            orderNeedsSort = false
+        }
+        if order.count > 2 * table.count + 1024 { order.removeAll { table[$0] == nil } }
+        return order
+    }
     private var records: [Int64: UploadJournal.Record] {
         get {
             absorbInbox()
@@ -62,6 +82,7 @@ public actor UploadQueue {
             switch a {
             case .held(let r):
                 table[r.id] = r
+                noteInserted(r.id)
             case .heldChanged(let id, let size, let params):
                 guard var r = table[id], r.state == .held else { continue }
                 r.size = size
@@ -103,6 +124,8 @@ public actor UploadQueue {
     /// Conflicts in a row (409: another writer of the session, an offset that does not match)
     /// before an upload counts as refused rather than racing.
     static let conflictAttempts = 10
+    /// How many small files a scheduling round passes over that cannot go yet before it stops.
+    static let scanLookahead = 2048
     /// A hole at the end of a local copy at least this large is declared as zeros (`zeros_from`), not sent.
     static let sparseTailMinimum: Int64 = 16 << 20
     /// Requests in flight (a batch counts once), and those of them that carry small files.
@@ -142,6 +165,7 @@ public actor UploadQueue {
             }
             table[r.id] = r
         }
+        order = table.keys.sorted()
     }
 
     /// What the journal holds on start-up, for the engine to show as pending files.
@@ -213,6 +237,7 @@ public actor UploadQueue {
         records[id] = UploadJournal.Record(
             id: id, location: location, cacheFile: cacheFile, size: size, params: params, contentType: contentType, tags: tags, patch: nil,
             session: nil, state: state, attempts: 0, lastError: nil, nextAttempt: 0, created: Int64(Date().timeIntervalSince1970 * 1000))
+        noteInserted(id)
         wake.signal()
         return id
     }
@@ -261,6 +286,7 @@ public actor UploadQueue {
             id: newID, location: held.location, cacheFile: cacheFile, size: size, params: params, contentType: held.contentType, tags: held.tags,
             patch: held.patch, session: nil, state: .queued, attempts: 0, lastError: nil, nextAttempt: 0,
             created: Int64(Date().timeIntervalSince1970 * 1000))
+        noteInserted(newID)
         records[id] = nil
         wake.signal()
         notifyWaiters()
@@ -522,8 +548,15 @@ public actor UploadQueue {
             let task = Task { ids.count == 1 ? await self.run(ids[0], small: true) : await self.runBatch(ids, ns: ns) }
             for id in ids { running[id] = task }
         }
-        for r in records.values.sorted(by: { $0.id < $1.id }) {
+        var blockedSmall = 0
+        absorbInbox()
+        for id in orderedIDs() {
+            guard let r = table[id] else { continue }
             guard slots < parallelism || !batch.isEmpty else { break }
+            // Small files that cannot go this round (the request for small files is busy): past a
+            // few thousand of them the rest of the queue waits for the next round, which that
+            // request's answer starts. A round then costs the same with 100 files queued or 100,000.
+            if blockedSmall > Self.scanLookahead { break }
             // A held record (a file still open) waits for its release and holds nobody up; so does one being cancelled.
             guard r.state != .held, !cancelling.contains(r.id), !paused.contains(r.id) else { continue }
             // Oldest first per path: a younger record waits for an older one of the same path.
@@ -540,7 +573,10 @@ public actor UploadQueue {
             let id = r.id
             if r.session == nil, r.size <= min(Self.batchFileLimit, chunkSize), let ns = r.location.namespace {
                 // A small file: into this round's batch, if a request for small files may go now.
-                guard smallSlots < Self.smallRequestsInFlight, batch.isEmpty ? slots < parallelism : batchNamespace == ns else { continue }
+                guard smallSlots < Self.smallRequestsInFlight, batch.isEmpty ? slots < parallelism : batchNamespace == ns else {
+                    blockedSmall += 1
+                    continue
+                }
                 batch.append(id)
                 batchNamespace = ns
                 batchOldest = min(batchOldest, r.created)
@@ -748,7 +784,10 @@ public actor UploadQueue {
         } catch {
             // Still in the journal: sent again after a restart, and its copy is not handed back for reuse.
             logger.error("cannot remove \(finished.count) stored upload(s) from the journal: \(error)")
-            for (id, _, r) in finished { records[id] = r }
+            for (id, _, r) in finished {
+                records[id] = r
+                noteInserted(id)
+            }
             for (id, _, _) in finished { failed(id, error) }
             return
         }
