@@ -35,12 +35,15 @@ trap 'rm -rf "$work"' EXIT
 root="$work/root"
 mkdir -p "$root/DEBIAN"
 
-# The programs and the Swift runtime they link (every library ldd finds outside the system's folders).
+# The programs and the Swift runtime they link: every library ldd finds that no Debian package
+# owns (a toolchain in /opt/swift, or one unpacked under /usr/lib as Swift's images have it).
 install -d "$root/usr/bin" "$root/usr/lib/stowfs"
 for b in stowd stowfs; do
     install -m 0755 "$bin/$b" "$root/usr/bin/$b"
-    ldd "$bin/$b" | awk '$3 ~ /^\// && $3 !~ /^\/(usr\/)?lib(64)?\// {print $3}'
+    ldd "$bin/$b" | awk '$3 ~ /^\// {print $3}'
 done | sort -u | while read -r lib; do
+    real="$(readlink -f "$lib")"
+    dpkg -S "$lib" >/dev/null 2>&1 || dpkg -S "$real" >/dev/null 2>&1 && continue
     install -m 0644 "$lib" "$root/usr/lib/stowfs/"
 done
 for f in "$root"/usr/bin/* "$root"/usr/lib/stowfs/*; do

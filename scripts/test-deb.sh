@@ -29,6 +29,13 @@ if dpkg-query -W -f='${Status}' stowfs 2>/dev/null | grep -q "installed"; then
     exit 1
 fi
 
+# It starts Debian's systemd as PID 1 of a namespace of its own, beside no other: on a machine that
+# runs systemd, test the package there instead (or in a container).
+if [ -d /run/systemd/system ]; then
+    echo "test-deb.sh: this machine runs systemd; the test starts a systemd of its own and is meant for machines (and CI) that do not" >&2
+    exit 1
+fi
+
 work="$(mktemp -d /tmp/stow-deb.XXXXXX)"
 sd_pid=""
 mnt="$work/mnt"
@@ -55,10 +62,10 @@ cleanup() {
         for _ in $(seq 1 100); do kill -0 "$sd_pid" 2>/dev/null || break; sleep 0.1; done
         kill -9 "$sd_pid" 2>/dev/null
     fi
-    # The cgroups systemd made for its units, in the machine's hierarchies (empty once it has gone).
-    for c in /sys/fs/cgroup/*/; do
-        find "$c" -mindepth 1 -depth -type d \( -path "*/system.slice*" -o -path "*/init.scope*" -o -path "*/user.slice*" \) -exec rmdir {} + 2>/dev/null
-    done
+    # The cgroups systemd made for its units in the machine's hierarchies (empty once it has gone);
+    # only those that were not there before the test.
+    find /sys/fs/cgroup -mindepth 1 -type d 2>/dev/null | sort > "$work/cgroups-after"
+    [ -f "$work/cgroups-before" ] && comm -13 "$work/cgroups-before" "$work/cgroups-after" | sort -r | while read -r d; do rmdir "$d" 2>/dev/null; done
     dpkg-query -W stowfs >/dev/null 2>&1 && dpkg --purge stowfs >/dev/null 2>&1
     [ "$had_state" = 1 ] || rm -rf /var/lib/stowd /var/lib/private/stowd
     [ "$had_user" = 1 ] || { userdel stowd 2>/dev/null; groupdel stowd 2>/dev/null; }
@@ -92,6 +99,7 @@ echo "== systemd (PID 1 of its own PID and mount namespace)"
 export port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 printf 'STOWD_ARGS="--port %s"\n' "$port" > /etc/default/stowd
 mkdir -p "$work/units"
+find /sys/fs/cgroup -mindepth 1 -type d 2>/dev/null | sort > "$work/cgroups-before"
 # Only what the test starts: the units' own dependencies on the boot's targets are left out.
 cat > "$work/units/stowtest.target" <<'EOF'
 [Unit]

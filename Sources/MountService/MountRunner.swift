@@ -173,7 +173,7 @@ public enum MountRunner {
             if !leaveQueued.isSet {
                 // The mount is gone (unmount, fusermount3 -u, a signal): what is still owed goes now.
                 let pending = await engine.status().queue.files
-                if pending > 0 && engine.uploadsArePaused {
+                if pending > 0, await engine.uploadsArePaused() {
                     logger.info("uploads were paused: resuming them to store what is queued")
                     await engine.resumeUploads()
                 }

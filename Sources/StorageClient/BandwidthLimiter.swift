@@ -15,6 +15,8 @@ public final class BandwidthLimiter: Sendable {
         var rate: Double = 0
         var tokens: Double = 0
         var last = ContinuousClock.now
+        /// Bumped by `setRate`: a waiter sees it and takes its bytes again at the new rate.
+        var generation = 0
     }
 
     private let state = Mutex(State())
@@ -32,22 +34,34 @@ public final class BandwidthLimiter: Sendable {
             // A new rate starts from a full bucket: debts made at the old rate are forgiven.
             s.tokens = s.rate / 10
             s.last = .now
+            s.generation += 1
         }
     }
 
     /// Waits until `n` more bytes may go (at once without a limit).
+    /// A rate change (`stowfs set`) reaches those already waiting within a quarter of a second:
+    /// they take their bytes again at the new rate (the old debts are forgiven).
     public func take(_ n: Int) async {
         guard n > 0 else { return }
-        let wait: Double = state.withLock { s in
-            guard s.rate > 0 else { return 0 }
-            let now = ContinuousClock.now
-            let elapsed = now - s.last
-            s.last = now
-            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-            s.tokens = min(s.rate / 10, s.tokens + seconds * s.rate) - Double(n)
-            return s.tokens >= 0 ? 0 : -s.tokens / s.rate
+        while true {
+            let (wait, generation): (Double, Int) = state.withLock { s in
+                guard s.rate > 0 else { return (0, s.generation) }
+                let now = ContinuousClock.now
+                let elapsed = now - s.last
+                s.last = now
+                let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+                s.tokens = min(s.rate / 10, s.tokens + seconds * s.rate) - Double(n)
+                return (s.tokens >= 0 ? 0 : -s.tokens / s.rate, s.generation)
+            }
+            var left = min(wait, 86400)
+            while left > 0 {
+                let slice = min(left, 0.25)
+                do { try await Task.sleep(for: .nanoseconds(Int64(slice * 1e9))) } catch { return }
+                left -= slice
+                if state.withLock({ $0.generation }) != generation { break }
+            }
+            if left <= 0 { return }
         }
-        if wait > 0 { try? await Task.sleep(for: .nanoseconds(Int64(min(wait, 86400) * 1e9))) }
     }
 }
 

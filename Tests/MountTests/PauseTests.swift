@@ -96,6 +96,7 @@ struct BandwidthTests {
         let remote = (0..<(20 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 2_654_435_761 >> 13) }
         _ = try await m.withClient { c in
             _ = try await c.createNamespace(m.namespace)
+            _ = try await c.upload(.bytes(.init(bytes: Array(remote[..<(2 << 20)]))), size: 2 << 20, to: m.namespace, try StoragePath("remote2.bin"))
             return try await c.upload(.bytes(.init(bytes: remote)), size: Int64(remote.count), to: m.namespace, try StoragePath("remote.bin"))
         }
         try m.mountFS(extra: ["--bwlimit", "4M:16M"])
@@ -120,6 +121,22 @@ struct BandwidthTests {
         print("read of 20 MiB at --bwlimit …:2M: \(down), \(downRate) MiB/s")
         #expect(sum == sha256(remote))
         #expect(abs(downRate - 2) <= 2 * 0.15, "\(downRate) MiB/s over \(down)")
+
+        // A limit lifted while transfers wait on it reaches them at once: a read of 2 MiB begun at
+        // 8 KiB/s (over 4 minutes) ends within 3 s of `set off` (it took 7 s more when waits were fixed up front).
+        let slow = Process()
+        slow.executableURL = URL(fileURLWithPath: "/bin/sh")
+        slow.arguments = ["-c", "cat \(m.mountpoint)/remote2.bin > /dev/null"]
+        _ = try m.stowfs(["set", m.mountpoint, "--bwlimit", "8K"])
+        try slow.run()
+        usleep(1_500_000)
+        #expect(slow.isRunning, "at 8 KiB/s the read cannot be done yet")
+        _ = try m.stowfs(["set", m.mountpoint, "--bwlimit", "off"])
+        let lifted = ContinuousClock.now
+        while slow.isRunning && ContinuousClock.now < lifted + .seconds(3) { usleep(50_000) }
+        #expect(!slow.isRunning, "the read still waits 3 s after the limit was lifted")
+        if slow.isRunning { slow.terminate() }
+        slow.waitUntilExit()
 
         // Bad input is refused before it reaches the mount; off lifts the limit.
         #expect(throws: (any Error).self) { try m.stowfs(["set", m.mountpoint, "--bwlimit", "fast"]) }

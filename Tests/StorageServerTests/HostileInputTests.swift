@@ -124,6 +124,8 @@ struct HostileInputTests {
             // Refused: a token that is not one (401), a route that does not exist (404).
             #expect(try await s.raw.send("GET", "/service/application/assets/v1.0/namespaces/\(testNamespace.name)/browse", token: "not-a-token").status == 401)
             #expect(try await s.raw.send("GET", "/no/such/route/\(UUID().uuidString)").status == 404)
+            // Methods a client makes up never become labels (a series each would grow without bound).
+            for made in ["FROB", "XYZZY\(Int.random(in: 0..<1000))"] { _ = try await s.raw.send(made, "/healthz") }
             let text = try await s.raw.send("GET", Routes.metrics).text
             let lines = text.split(separator: "\n").map(String.init)
             func count(_ prefix: String) -> Double? {
@@ -141,6 +143,7 @@ struct HostileInputTests {
             #expect(lines.contains { $0.hasPrefix(#"stowd_http_requests_total{method="GET",route="NotFound",status="404"}"#) }, "\(text.prefix(3000))")
             // No path a client sent becomes a label: the namespace's name and the file's are not there.
             #expect(!text.contains("m/one.bin") && !text.contains("no/such/route"))
+            #expect(!text.contains("FROB") && !text.contains("XYZZY"), "\(text.prefix(3000))")
         }
     }
 

@@ -25,6 +25,8 @@ final class ServerMetrics: Sendable {
         gcExpiredUploads = registry.makeCounter(descriptor: Self.name("gc_expired_uploads", "total", "Abandoned uploads deleted."))
     }
 
+    static let methods: Set<String> = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
     static let durationBuckets: [Duration] = [
         .microseconds(250), .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25),
         .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .seconds(2), .seconds(5), .seconds(10),
@@ -33,6 +35,8 @@ final class ServerMetrics: Sendable {
     /// One answered request: counted by method, route (the pattern, e.g. `/tus/files/{id}`, never
     /// the path a client sent) and status; its time in a histogram per method and route.
     func countRequest(method: String, route: String, status: Int, duration: Duration) {
+        // A client picks the method: any it likes would make a series of its own.
+        let method = Self.methods.contains(method) ? method : "other"
         registry.makeCounter(
             descriptor: Self.name("http_requests", "total", "HTTP requests answered."),
             labels: [("method", method), ("route", route), ("status", String(status))]

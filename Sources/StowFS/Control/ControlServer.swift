@@ -72,7 +72,7 @@ public final class ControlServer: Sendable {
                 case "status":
                     try await send(ControlMessage(status: await engine.status(), mountpoint: mountpoint))
                 case "sync":
-                    if engine.uploadsArePaused {
+                    if await engine.uploadsArePaused() {
                         let waiting = await engine.status().queue.files
                         if request?.noWait == true && waiting > 0 {
                             try await send(ControlMessage(error: "uploads are paused: \(waiting) file(s) wait; `stowfs resume \(mountpoint)` sends them"))
@@ -100,7 +100,7 @@ public final class ControlServer: Sendable {
                     try await send(ControlMessage(done: true))
                 case "unmount":
                     // Unmounting means storing what is queued: paused uploads go on (unless they stay queued).
-                    if request?.leaveQueued != true && engine.uploadsArePaused { await engine.resumeUploads() }
+                    if request?.leaveQueued != true, await engine.uploadsArePaused() { await engine.resumeUploads() }
                     // Refused uploads do not keep the mount: they stay in the journal for the next one.
                     let failures = request?.leaveQueued == true ? [] : try await drain(send)
                     await unmount(request?.leaveQueued == true)

@@ -104,15 +104,19 @@ extension StowFileSystem {
             }
         }
         await queue.suspend()
+        // A resume that overtook this pause on the queue: the flag follows the queue, which decides.
+        uploadsPaused.store(await queue.isSuspended, ordering: .relaxed)
     }
 
     /// `stowfs resume`.
     public func resumeUploads() async {
         uploadsPaused.store(false, ordering: .relaxed)
         await queue.unsuspend()
+        uploadsPaused.store(await queue.isSuspended, ordering: .relaxed)
     }
 
-    public var uploadsArePaused: Bool { uploadsPaused.load(ordering: .relaxed) }
+    /// Whether uploads are paused, as the queue has it (the flag streams read may lag a moment).
+    public func uploadsArePaused() async -> Bool { await queue.isSuspended }
 
     /// `stowfs set --bwlimit`: false when the mount was made without limiters to change.
     public func setBandwidth(up: Int64, down: Int64) -> Bool {
