@@ -97,8 +97,11 @@ public struct BandwidthLimits: Sendable {
     }
 
     /// `10 MiB/s up, no limit down`.
-    public var description: String {
+    public var description: String { Self.describe(up: up.bytesPerSecond, down: down.bytesPerSecond) }
+
+    /// `10 MiB/s up, no limit down` for these rates (0: no limit).
+    public static func describe(up: Int64, down: Int64) -> String {
         func rate(_ r: Int64) -> String { r == 0 ? "no limit" : "\(ByteSize.format(r))/s" }
-        return "\(rate(up.bytesPerSecond)) up, \(rate(down.bytesPerSecond)) down"
+        return "\(rate(up)) up, \(rate(down)) down"
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import MountService
+import StorageClient
 import StorageProtocol
 import StowFS
 import Synchronization
@@ -94,8 +95,7 @@ enum StatusText {
         lines.append(String(format: "  cache:   %@ of %@, %.0f%% hits", ByteSize.format(s.cache.bytes), ByteSize.format(s.cache.capacity), hitRate))
         lines.append("  open:    \(s.openFiles) handle(s), \(s.inodes) inode(s) known")
         if let b = s.bandwidth, b.up > 0 || b.down > 0 {
-            func rate(_ r: Int64) -> String { r == 0 ? "no limit" : "\(ByteSize.format(r))/s" }
-            lines.append("  limit:   \(rate(b.up)) up, \(rate(b.down)) down (stowfs set \(mountpoint) --bwlimit …)")
+            lines.append("  limit:   \(BandwidthLimits.describe(up: b.up, down: b.down)) (stowfs set \(mountpoint) --bwlimit …)")
         }
         if let f = s.feed {
             var line = "  feed:    " + (f.connected ? "connected" : "not connected")

@@ -313,8 +313,7 @@ struct SetCommand: AsyncParsableCommand {
         }
         if let e = answer.value?.error { fail(e) }
         let (up, down) = BandwidthLimits.parse(bwlimit)!
-        func rate(_ r: Int64) -> String { r == 0 ? "no limit" : "\(ByteSize.format(r))/s" }
-        print("bandwidth at \(mountpoint): \(rate(up)) up, \(rate(down)) down")
+        print("bandwidth at \(mountpoint): \(BandwidthLimits.describe(up: up, down: down))")
     }
 }
 
