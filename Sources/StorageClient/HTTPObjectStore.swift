@@ -194,6 +194,12 @@ public final class HTTPObjectStore: ObjectStore {
         return ListPage(entries: entries, next: page.page.hasNext ? page.page.nextId : nil)
     }
 
+    public func search(_ ns: Namespace, _ filter: SearchFilter, cursor: String?, limit: Int) async throws -> SearchResponse {
+        var query = filter.queryItems + [("limit", String(limit))]
+        if let cursor { query.append(("cursor", cursor)) }
+        return try decode(SearchResponse.self, try await execute(makeRequest(.GET, url(Routes.search(ns), query: query))))
+    }
+
     public func update(_ ns: Namespace, _ path: StoragePath, _ patch: FilePatch, ifMatch: String?) async throws -> FileRecord {
         let headers = ifMatch.map { [("If-Match", "\"\($0)\"")] } ?? []
         return try decode(FileRecord.self, try await execute(makeRequest(.PATCH, url(Routes.file(ns, path)), body: Self.json(patch), headers: headers)))

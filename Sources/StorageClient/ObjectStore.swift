@@ -80,6 +80,10 @@ public protocol ObjectStore: Sendable {
     /// The namespace's changes after `since` (nil: none, and the head to start from), waiting up
     /// to `wait` for some when there are none yet (a long poll).
     func changes(_ ns: Namespace, since: String?, wait: Duration) async throws -> ChangesResponse
+
+    // MARK: Search
+    /// One page of the files `filter` finds (`cursor`: the last page's `nextCursor`).
+    func search(_ ns: Namespace, _ filter: SearchFilter, cursor: String?, limit: Int) async throws -> SearchResponse
 }
 
 extension ObjectStore {
@@ -91,6 +95,11 @@ extension ObjectStore {
     public func lock(_ ns: Namespace, _ request: LockRequest) async throws -> LockResponse { throw StorageError(.notFound, "this store keeps no locks") }
     public func testLock(_ ns: Namespace, _ request: LockRequest) async throws -> LockResponse {
         throw StorageError(.notFound, "this store keeps no locks")
+    }
+
+    /// Stores that cannot search.
+    public func search(_ ns: Namespace, _ filter: SearchFilter, cursor: String?, limit: Int) async throws -> SearchResponse {
+        throw StorageError(.notFound, "this store cannot search")
     }
 
     /// Stores without a change feed.

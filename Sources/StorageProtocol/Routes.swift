@@ -18,6 +18,7 @@ public enum Routes {
     public static func completeUploadV1(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/upload/complete/" }
     public static let signURLs = "\(prefix)/v1.0/sign-urls"
     public static func browse(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/browse" }
+    public static func search(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/search" }
     public static let copy = "\(prefix)/v1.0/uploads/copy"
     public static func copyTask(_ id: String) -> String { "\(prefix)/v1.0/uploads/copy/\(id)" }
 

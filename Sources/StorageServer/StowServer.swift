@@ -174,6 +174,7 @@ public final class StowServer: Sendable {
         if service.config.uploadExtensions { service.addBatchRoutes(to: router) }
         service.addFileRoutes(to: router)
         service.addNamespaceRoutes(to: router)
+        service.addSearchRoutes(to: router)
         service.addDownloadRoutes(to: router)
         service.addTusRoutes(to: router)
         service.addFormRoutes(to: router)

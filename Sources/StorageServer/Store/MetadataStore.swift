@@ -36,6 +36,9 @@ public protocol MetadataStore: StagingLedger, ChangeFeed, LockLedger {
     // MARK: reading the tree
     func node(_ ns: Namespace, _ path: StoragePath) async throws -> Node
     func list(_ ns: Namespace, _ query: ListQuery) async throws -> ListResult
+    /// The entries that match `filter`, in (inode, folder, name) order, after `after`; at most `limit`.
+    /// Answered from indexes where the filter has an indexed term (tags, metadata, content type).
+    func search(_ ns: Namespace, _ filter: SearchFilter, after: SearchCursor?, limit: Int) async throws -> SearchPage
 
     // MARK: changing the tree
     func makeFolder(_ ns: Namespace, _ path: StoragePath, attributes: NewNodeAttributes, parents: Bool, existOk: Bool) async throws -> Node

@@ -134,6 +134,7 @@ public final class SQLiteMetadataStore: MetadataStore {
         }
         m.registerMigration("v4 change feed") { db in try Self.changeFeedMigration(db) }
         m.registerMigration("v5 locks") { db in try Self.locksMigration(db) }
+        m.registerMigration("v6 search") { db in try Self.searchMigration(db) }
         return m
     }
 

@@ -38,7 +38,7 @@ enum PostgresSchema {
         var statements: [String]
     }
 
-    static let migrations: [Migration] = [tables, functions, stagingLedger, changeFeed, locks, lockNotifications, trimBelowHead]
+    static let migrations: [Migration] = [tables, functions, stagingLedger, changeFeed, locks, lockNotifications, trimBelowHead, search]
 
     static let tables = Migration(
         version: 1, name: "tables",
@@ -999,5 +999,17 @@ enum PostgresSchema {
                 RETURN n;
             END $$
             """,
+        ])
+
+    /// Indexes for `search`: GIN on tags (`@>` for all of, `?|` for any of) and on metadata
+    /// (`jsonb_path_ops`: `@>` only, smaller), a B-tree on content types per namespace, and each
+    /// namespace's folders (to find the folders below a path without reading the files).
+    static let search = Migration(
+        version: 8, name: "search",
+        statements: [
+            "CREATE INDEX inodes_tags ON inodes USING gin (tags)",
+            "CREATE INDEX inodes_metadata ON inodes USING gin (metadata jsonb_path_ops)",
+            "CREATE INDEX inodes_by_type ON inodes(namespace, content_type)",
+            "CREATE INDEX inodes_folders ON inodes(namespace) WHERE kind = 'dir'",
         ])
 }

@@ -1,0 +1,128 @@
+import Foundation
+import GRDB
+public import StorageProtocol
+
+/// Search on SQLite: tags and metadata copied by triggers into indexed tables (`inode_tags`,
+/// `inode_meta`, one row per tag or key of an inode), an index on content types and one on the
+/// folders of each namespace (for `path`).
+extension SQLiteMetadataStore {
+    static func searchMigration(_ db: Database) throws {
+        try db.execute(
+            sql: """
+                CREATE TABLE inode_tags (
+                    namespace TEXT NOT NULL,
+                    tag TEXT NOT NULL,
+                    ino INTEGER NOT NULL,
+                    PRIMARY KEY (namespace, tag, ino)
+                ) WITHOUT ROWID;
+                CREATE INDEX inode_tags_by_ino ON inode_tags(ino);
+                CREATE TABLE inode_meta (
+                    namespace TEXT NOT NULL,
+                    key TEXT NOT NULL,
+                    value TEXT NOT NULL,
+                    ino INTEGER NOT NULL,
+                    PRIMARY KEY (namespace, key, value, ino)
+                ) WITHOUT ROWID;
+                CREATE INDEX inode_meta_by_ino ON inode_meta(ino);
+                CREATE INDEX inodes_by_type ON inodes(namespace, content_type);
+                CREATE INDEX inodes_folders ON inodes(namespace) WHERE kind = 'dir';
+
+                CREATE TRIGGER search_inode_made AFTER INSERT ON inodes WHEN NEW.tags <> '[]' OR NEW.metadata <> '{}' BEGIN
+                    INSERT OR IGNORE INTO inode_tags(namespace, tag, ino)
+                        SELECT NEW.namespace, value, NEW.ino FROM json_each(NEW.tags) WHERE type = 'text';
+                    INSERT OR IGNORE INTO inode_meta(namespace, key, value, ino)
+                        SELECT NEW.namespace, key, value, NEW.ino FROM json_each(NEW.metadata) WHERE type = 'text';
+                END;
+                CREATE TRIGGER search_tags_changed AFTER UPDATE OF tags ON inodes WHEN NEW.tags IS NOT OLD.tags BEGIN
+                    DELETE FROM inode_tags WHERE ino = OLD.ino;
+                    INSERT OR IGNORE INTO inode_tags(namespace, tag, ino)
+                        SELECT NEW.namespace, value, NEW.ino FROM json_each(NEW.tags) WHERE type = 'text';
+                END;
+                CREATE TRIGGER search_metadata_changed AFTER UPDATE OF metadata ON inodes WHEN NEW.metadata IS NOT OLD.metadata BEGIN
+                    DELETE FROM inode_meta WHERE ino = OLD.ino;
+                    INSERT OR IGNORE INTO inode_meta(namespace, key, value, ino)
+                        SELECT NEW.namespace, key, value, NEW.ino FROM json_each(NEW.metadata) WHERE type = 'text';
+                END;
+                CREATE TRIGGER search_inode_removed AFTER DELETE ON inodes BEGIN
+                    DELETE FROM inode_tags WHERE ino = OLD.ino;
+                    DELETE FROM inode_meta WHERE ino = OLD.ino;
+                END;
+
+                INSERT OR IGNORE INTO inode_tags(namespace, tag, ino)
+                    SELECT i.namespace, j.value, i.ino FROM inodes i, json_each(i.tags) j WHERE i.tags <> '[]' AND j.type = 'text';
+                INSERT OR IGNORE INTO inode_meta(namespace, key, value, ino)
+                    SELECT i.namespace, j.key, j.value, i.ino FROM inodes i, json_each(i.metadata) j WHERE i.metadata <> '{}' AND j.type = 'text';
+                """)
+    }
+
+    public func search(_ ns: Namespace, _ filter: SearchFilter, after: SearchCursor?, limit: Int) async throws -> SearchPage {
+        try await pool.read { db in
+            guard try Self.namespaceInfo(db, ns) != nil else { throw StoreError.namespaceNotFound(ns) }
+            var c = SearchConditions.common(filter)
+            var prefix = ""
+            var prefixValues: [SearchConditions.SearchValue] = []
+            if let folder = filter.path, !folder.isRoot {
+                let ino = try Self.resolveFolder(db, ns, folder)
+                // The folders below it, from the namespace's folders alone (an index holds them): a
+                // walk of every entry below would read every file.
+                prefix = """
+                    WITH RECURSIVE ns_folders(ino, parent) AS MATERIALIZED (
+                        SELECT d.ino, e.parent FROM inodes d JOIN entries e ON e.ino = d.ino WHERE d.namespace = ? AND d.kind = 'dir'),
+                    below(ino) AS (SELECT ? UNION SELECT f.ino FROM ns_folders f JOIN below ON f.parent = below.ino)
+
+                    """
+                prefixValues = [.text(ns.name), .int(ino)]
+                c.add("e.parent IN (SELECT ino FROM below)")
+            }
+            // With a tag or a metadata term, its index gives the inodes (`+i.namespace`: not the
+            // namespace's index, which would read every inode of it).
+            let indexed = !filter.tags.isEmpty || !filter.anyTags.isEmpty || !filter.metadata.isEmpty
+            c.add(indexed ? "+i.namespace = ?" : "i.namespace = ?", .text(ns.name))
+            for tag in filter.tags {
+                c.add("i.ino IN (SELECT ino FROM inode_tags WHERE namespace = ? AND tag = ?)", .text(ns.name), .text(tag))
+            }
+            if !filter.anyTags.isEmpty {
+                let marks = Array(repeating: "?", count: filter.anyTags.count).joined(separator: ", ")
+                c.clauses.append("i.ino IN (SELECT ino FROM inode_tags WHERE namespace = ? AND tag IN (\(marks)))")
+                c.values += [.text(ns.name)] + filter.anyTags.map { .text($0) }
+            }
+            for (key, value) in filter.metadata.sorted(by: { $0.key < $1.key }) {
+                c.add("i.ino IN (SELECT ino FROM inode_meta WHERE namespace = ? AND key = ? AND value = ?)", .text(ns.name), .text(key), .text(value))
+            }
+            if let glob = filter.name { c.add("e.name GLOB ?", .text(glob.sqliteGlob)) }
+            if let needle = filter.nameContains { c.add("instr(lower(e.name), lower(?)) > 0", .text(needle)) }
+            if let after { c.add("(i.ino, e.parent, e.name) > (?, ?, ?)", .int(after.ino), .int(after.parent), .text(after.name)) }
+            let sql = """
+                \(prefix)SELECT e.parent AS s_parent, e.name AS s_name, i.* FROM entries e JOIN inodes i ON i.ino = e.ino
+                WHERE \(c.clauses.joined(separator: " AND ")) ORDER BY i.ino, e.parent, e.name LIMIT ?
+                """
+            let values: [(any DatabaseValueConvertible)?] = (prefixValues + c.values).map { v in
+                switch v {
+                case .text(let s): s
+                case .int(let n): n
+                case .bool(let b): b
+                }
+            } + [limit + 1]
+            let rows = try Row.fetchAll(db, sql: sql, arguments: StatementArguments(values))
+            var folders: [Int64: StoragePath] = [:]
+            var nodes: [Node] = []
+            var last: SearchCursor?
+            for row in rows.prefix(limit) {
+                let parent: Int64 = row["s_parent"]
+                let name: String = row["s_name"]
+                let folderPath: StoragePath
+                if let known = folders[parent] {
+                    folderPath = known
+                } else {
+                    guard let p = try Self.path(db, of: parent, in: ns) else { continue }
+                    folders[parent] = p
+                    folderPath = p
+                }
+                let inode = try Self.decodeInode(row)
+                nodes.append(Node(namespace: ns, path: try folderPath.appending(name), inode: inode))
+                last = SearchCursor(ino: Int64(inode.ino), parent: parent, name: name)
+            }
+            return SearchPage(nodes: nodes, next: rows.count > limit ? last : nil)
+        }
+    }
+}
