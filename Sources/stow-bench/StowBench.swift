@@ -9,7 +9,7 @@ struct StowBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "stow-bench",
         abstract: "Benchmarks of StowFS, each against a baseline measured in the same run.",
-        subcommands: [ServerBench.self, CreatesBench.self])
+        subcommands: [ServerBench.self, CreatesBench.self, SearchBench.self])
 }
 
 /// `stow-bench server`: PUT and GET of a large file through stowd, against a plain file copy on the
