@@ -79,26 +79,39 @@ public struct SearchFilter: Codable, Sendable, Equatable {
         case .folders: if kind != .directory { return false }
         case .all: break
         }
+        // Every comparison by bytes, as the stores make them (Swift's `==` on String would take
+        // two spellings of "é" as one).
         if let folder = self.path, !folder.isRoot {
-            guard path.segments.count > folder.segments.count, Array(path.segments.prefix(folder.segments.count)) == folder.segments else {
-                return false
-            }
+            guard path.segments.count > folder.segments.count,
+                zip(path.segments, folder.segments).allSatisfy({ $0.isSameName($1) })
+            else { return false }
         }
-        let tagSet = Set(tags)
-        if !self.tags.allSatisfy(tagSet.contains) { return false }
-        if !anyTags.isEmpty && !anyTags.contains(where: tagSet.contains) { return false }
+        func has(_ tag: String) -> Bool { tags.contains { $0.isSameName(tag) } }
+        if !self.tags.allSatisfy(has) { return false }
+        if !anyTags.isEmpty && !anyTags.contains(where: has) { return false }
         if let glob = name, !glob.matches(path.name) { return false }
-        if let needle = nameContains, !Self.asciiLowercased(path.name).contains(Self.asciiLowercased(needle)) { return false }
+        if let needle = nameContains, !Self.contains(Self.asciiLowercased(path.name), Self.asciiLowercased(needle)) { return false }
         let ct = contentTypeMatch
-        if let exact = ct.exact, contentType != exact { return false }
-        if let prefix = ct.prefix, !(contentType ?? "").hasPrefix(prefix) { return false }
+        if let exact = ct.exact, !(contentType ?? "").isSameName(exact) || contentType == nil { return false }
+        if let prefix = ct.prefix, !(contentType ?? "").utf8.starts(with: prefix.utf8) { return false }
         if let p = self.isPublic, p != isPublic { return false }
         if let m = minSize, size < m { return false }
         if let m = maxSize, size > m { return false }
         if let t = modifiedAfterNs, mtimeNs < t { return false }
         if let t = modifiedBeforeNs, mtimeNs >= t { return false }
-        for (k, v) in self.metadata where metadata[k] != v { return false }
+        for (k, v) in self.metadata {
+            guard let value = metadata.first(where: { $0.key.isSameName(k) })?.value, value.isSameName(v) else { return false }
+        }
         return true
+    }
+
+    /// Whether `needle`'s bytes occur in `haystack`'s.
+    static func contains(_ haystack: String, _ needle: String) -> Bool {
+        let h = Array(haystack.utf8), n = Array(needle.utf8)
+        guard n.count <= h.count else { return false }
+        if n.isEmpty { return true }
+        for i in 0...(h.count - n.count) where h[i] == n[0] && h[i..<(i + n.count)].elementsEqual(n) { return true }
+        return false
     }
 
     /// Lowercases A–Z only, as SQLite's `lower()` does (so both stores and this agree).
@@ -326,8 +339,15 @@ public struct NameGlob: Codable, Sendable, Equatable {
                 i += 1
             }
         }
+        // Each `*` multiplies what a non-matching name can cost a glob engine (SQLite's included):
+        // a handful is all a name needs.
+        guard tokens.filter({ $0 == .any }).count <= Self.maxStars else {
+            throw SearchFilterError("`\(pattern)` has more than \(Self.maxStars) `*`")
+        }
         self.tokens = tokens
     }
+
+    public static let maxStars = 8
 
     public init(from decoder: any Decoder) throws {
         let s = try decoder.singleValueContainer().decode(String.self)

@@ -22,7 +22,8 @@ struct StowFSCommand: AsyncParsableCommand {
             """,
         version: StowVersion.string,
         subcommands: [
-            Mount.self, Unmount.self, Sync.self, Status.self, Pause.self, Resume.self, SetCommand.self, Retry.self, Discard.self, Config.self,
+            Mount.self, Unmount.self, Sync.self, Status.self, Find.self, Pause.self, Resume.self, SetCommand.self, Retry.self, Discard.self,
+            Config.self,
         ])
 }
 

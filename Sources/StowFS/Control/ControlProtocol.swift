@@ -1,4 +1,5 @@
 import Foundation
+public import StorageProtocol
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -15,6 +16,9 @@ import Glibc
 /// - `pause` / `resume` → uploads stop / go on; `done`. While paused, `sync` first says `paused`
 ///   and then waits (with `no_wait`: an `error` at once instead), and `unmount` resumes them.
 ///
+/// - `find` (`filter`, `statuses`, `paths`: the folder to search, relative to the mountpoint) →
+///   `found` lines (mount paths, relative to the mountpoint) and then `done`.
+///
 /// `sync` and `unmount` end with `done` and, when the server refused some uploads for good,
 /// `failures` (path and reason each): they are kept, not dropped.
 public struct ControlRequest: Codable, Sendable, Equatable {
@@ -25,17 +29,25 @@ public struct ControlRequest: Codable, Sendable, Equatable {
     public var noWait: Bool?
     /// `set`: the new bandwidth limit.
     public var bwlimit: String?
+    /// `find`: what to look for, and in which states (`StowFileSystem.FindStatus`; none: any).
+    public var filter: SearchFilter?
+    public var statuses: [String]?
 
-    public init(command: String, leaveQueued: Bool? = nil, paths: [String]? = nil, noWait: Bool? = nil, bwlimit: String? = nil) {
+    public init(
+        command: String, leaveQueued: Bool? = nil, paths: [String]? = nil, noWait: Bool? = nil, bwlimit: String? = nil, filter: SearchFilter? = nil,
+        statuses: [String]? = nil
+    ) {
         self.command = command
         self.leaveQueued = leaveQueued
         self.paths = paths
         self.noWait = noWait
         self.bwlimit = bwlimit
+        self.filter = filter
+        self.statuses = statuses
     }
 
     enum CodingKeys: String, CodingKey {
-        case command, paths, bwlimit
+        case command, paths, bwlimit, filter, statuses
         case leaveQueued = "leave_queued"
         case noWait = "no_wait"
     }
@@ -55,11 +67,14 @@ public struct ControlMessage: Codable, Sendable, Equatable {
     public var discarded: [String]?
     /// `sync` while uploads are paused: said before it waits.
     public var paused: Bool?
+    /// `find`: some of the files found (mount paths, relative to the mountpoint).
+    public var found: [String]?
 
     public init(
         status: MountStatus? = nil, progress: QueueStatus? = nil, done: Bool? = nil, error: String? = nil, mountpoint: String? = nil,
-        failures: [UploadQueue.Failure]? = nil, count: Int? = nil, discarded: [String]? = nil, paused: Bool? = nil
+        failures: [UploadQueue.Failure]? = nil, count: Int? = nil, discarded: [String]? = nil, paused: Bool? = nil, found: [String]? = nil
     ) {
+        self.found = found
         self.status = status
         self.progress = progress
         self.done = done

@@ -120,8 +120,24 @@ public final class ControlServer: Sendable {
                     } catch {
                         try await send(ControlMessage(error: "\(error)"))
                     }
+                case "find":
+                    do {
+                        var statuses = Set<StowFileSystem.FindStatus>()
+                        for s in request?.statuses ?? [] {
+                            guard let status = StowFileSystem.FindStatus(rawValue: s) else { throw FindFailure("unknown status `\(s)`") }
+                            statuses.insert(status)
+                        }
+                        try await engine.find(under: request?.paths?.first ?? "", filter: request?.filter ?? SearchFilter(), statuses: statuses) {
+                            try await send(ControlMessage(found: $0))
+                        }
+                        try await send(ControlMessage(done: true))
+                    } catch FSError.notFound {
+                        try await send(ControlMessage(error: "no such folder in the mount: \(request?.paths?.first ?? "")"))
+                    } catch {
+                        try await send(ControlMessage(error: "\(error)"))
+                    }
                 default:
-                    try await send(ControlMessage(error: "unknown command; use status, sync, unmount, retry, discard, pause, resume or set"))
+                    try await send(ControlMessage(error: "unknown command; use status, sync, unmount, retry, discard, pause, resume, set or find"))
                 }
                 return
             }
@@ -178,4 +194,10 @@ public enum ControlClient {
             }
         }
     }
+}
+
+/// A `find` request the mount cannot run, and why.
+struct FindFailure: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
 }

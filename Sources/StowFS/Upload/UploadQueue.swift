@@ -509,6 +509,14 @@ public actor UploadQueue {
 
     public func record(_ id: Int64) -> UploadJournal.Record? { records[id] }
 
+    /// Every upload owed, with where it stands: `pending` (waiting, or held by a file still open),
+    /// `uploading` (being sent now) or `failed` (refused; kept and retried slowly). `stowfs find --status`.
+    public func owed() -> [(record: UploadJournal.Record, status: String)] {
+        records.values.sorted { $0.id < $1.id }.map { r in
+            (r, running[r.id] != nil ? "uploading" : r.state == .failed ? "failed" : "pending")
+        }
+    }
+
     public func isRunning(_ id: Int64) -> Bool { running[id] != nil }
 
     public func status() -> QueueStatus {

@@ -1,0 +1,95 @@
+import Foundation
+import StorageClient
+public import StorageProtocol
+
+/// `stowfs find`: the server's search, plus the files still owed to it from this mount's queue.
+extension StowFileSystem {
+    /// Where a file stands for `stowfs find --status`.
+    public enum FindStatus: String, Sendable, CaseIterable, Codable {
+        /// Waiting in the queue (or held by a file still open for writing).
+        case pending
+        /// Being sent now.
+        case uploading
+        /// On the server, with nothing owed for it.
+        case stored
+        /// Refused by the server; kept in the queue (`stowfs status` says why).
+        case failed
+    }
+
+    /// Calls `emit` with the mount paths (relative to the mountpoint) of the files below `folder`
+    /// that `filter` finds and whose status is one of `statuses` (empty: any), a batch at a time.
+    /// A file found on the server that is also owed from the queue is given once.
+    ///
+    /// Queued files are matched on what the queue holds for them: their size, type, tags,
+    /// metadata and visibility as they will be stored, and the modification time they will carry.
+    public func find(
+        under folder: String, filter: SearchFilter, statuses: Set<FindStatus>, emit: @Sendable ([String]) async throws -> Void
+    ) async throws {
+        let base = try location(ofMountPath: folder)
+        let namespaces: [Namespace]
+        if let ns = base.namespace {
+            namespaces = [ns]
+        } else {
+            namespaces = try await store.namespaces().compactMap { try? Namespace($0.name) }
+        }
+        let owed = await queue.owed()
+        let any = statuses.isEmpty
+        for ns in namespaces {
+            let within = Location(namespace: ns, path: base.path)
+            let mine = owed.filter { $0.record.location.isWithin(within) }
+            // Locations are compared by their bytes (two spellings of a name are two files).
+            let owedPaths = Set(mine.map { Array(mountPath(of: $0.record.location).utf8) })
+            var searchFilter = filter
+            searchFilter.path = base.path.isRoot ? nil : base.path
+            if any || statuses.contains(.stored) {
+                var cursor: String?
+                repeat {
+                    let page = try await store.search(ns, searchFilter, cursor: cursor, limit: SearchFilter.maxLimit)
+                    var batch: [String] = []
+                    for item in page.items {
+                        guard let path = try? StoragePath(item.filePath) else { continue }
+                        let shown = mountPath(of: Location(namespace: ns, path: path))
+                        // Owed files are given below, from the queue (with `stored` alone: not at all).
+                        if owedPaths.contains(Array(shown.utf8)) { continue }
+                        batch.append(shown)
+                    }
+                    if !batch.isEmpty { try await emit(batch) }
+                    cursor = page.nextCursor
+                } while cursor != nil
+            }
+            var batch: [String] = []
+            for (r, status) in mine {
+                guard any || statuses.contains(FindStatus(rawValue: status) ?? .pending) else { continue }
+                var tags = r.tags ?? []
+                var metadata = r.params.metadata ?? [:]
+                var contentType = r.contentType
+                var isPublic = r.params.isPublic ?? false
+                var mtime = r.params.mtimeNs ?? Timestamp.nowNanoseconds()
+                if let p = r.patch {
+                    if let t = p.tags { tags = t }
+                    if let m = p.metadata { metadata = m }
+                    for (k, v) in p.metadataSet ?? [:] { metadata[k] = v }
+                    for k in p.metadataRemove ?? [] { metadata[k] = nil }
+                    if let c = p.contentType { contentType = c }
+                    if let v = p.isPublic { isPublic = v }
+                    if let m = p.mtimeNs { mtime = m }
+                }
+                guard
+                    searchFilter.matches(
+                        path: r.location.path, kind: .file, size: r.size, mtimeNs: mtime, contentType: contentType, tags: tags, metadata: metadata,
+                        isPublic: isPublic)
+                else { continue }
+                batch.append(mountPath(of: r.location))
+            }
+            if !batch.isEmpty { try await emit(batch) }
+        }
+    }
+
+    /// A location as a path relative to the mountpoint.
+    func mountPath(of location: Location) -> String {
+        switch configuration.scope {
+        case .namespace: location.path.string
+        case .all: location.namespace.map { location.path.isRoot ? $0.name : "\($0.name)/\(location.path.string)" } ?? ""
+        }
+    }
+}
