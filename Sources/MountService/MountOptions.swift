@@ -14,6 +14,8 @@ public struct MountOptions: Sendable {
     public var fuseOptions: [String] = []
     public var foreground = false
     public var createNamespace = false
+    /// Refuse to mount when the server cannot be reached (instead of mounting from the cache).
+    public var requireServer = false
     public var uid: UInt32?
     public var gid: UInt32?
     public var umask: UInt32 = 0o022
@@ -37,9 +39,12 @@ public struct MountOptions: Sendable {
 public struct MountProblem: Error, CustomStringConvertible, Sendable {
     public var problem: String
     public var fix: String
-    public init(_ problem: String, fix: String) {
+    /// The server could not be reached (it did not refuse): a mount may then start from its cache.
+    public var unreachable = false
+    public init(_ problem: String, fix: String, unreachable: Bool = false) {
         self.problem = problem
         self.fix = fix
+        self.unreachable = unreachable
     }
     public var description: String { "\(problem)\n  → \(fix)" }
 }

@@ -31,6 +31,16 @@ public enum MountRunner {
         cacheRoot() + "/logs/" + (ControlSocket.path(for: mountpoint) as NSString).lastPathComponent.replacingOccurrences(of: ".sock", with: ".log")
     }
 
+    /// What keeps the server from being used, if anything.
+    static func serverProblem(_ store: HTTPObjectStore, endpoint: String, options: MountOptions) async -> MountProblem? {
+        do {
+            try await Preflight.checkServer(store, endpoint: endpoint, namespace: options.namespace, create: options.createNamespace)
+            return nil
+        } catch {
+            return error
+        }
+    }
+
     /// Mounts and serves until unmounted; returns the exit status.
     public static func run(_ options: MountOptions, logger: Logger) async throws -> Int32 {
         let mountpoint = URL(fileURLWithPath: options.mountpoint, isDirectory: true).standardizedFileURL.path
@@ -69,9 +79,21 @@ public enum MountRunner {
             embedded?.stop()
         }
         do {
-            try await Preflight.checkServer(store, endpoint: endpoint, namespace: options.namespace, create: options.createNamespace)
             // The embedded server moves between ports: its mounts are keyed by "local", so a remount finds its journal.
             let cacheDirectory = options.cacheDirectory ?? defaultCacheDirectory(endpoint: embedded == nil ? endpoint : "local", namespace: options.namespace)
+            let problem = await Self.serverProblem(store, endpoint: endpoint, options: options)
+            var offline = false
+            if let problem {
+                // Away, not refusing: mount from what the last clean unmount kept, if it kept anything.
+                guard problem.unreachable, !options.requireServer, embedded == nil else { throw problem }
+                guard FileManager.default.fileExists(atPath: StowFileSystem.snapshotPath(cacheDirectory)) else {
+                    throw MountProblem(
+                        problem.problem + "; and the cache folder \(cacheDirectory) keeps nothing to mount from",
+                        fix: problem.fix + " (a mount made while the server is away shows what the last clean unmount kept)")
+                }
+                logger.warning("\(problem.problem): mounting from the cache (what the last clean unmount kept); writes queue until the server is back")
+                offline = true
+            }
             try Preflight.checkCacheDirectory(cacheDirectory)
             var lock: CacheLock? = try? CacheLock(cacheDirectory + "/lock")
             guard lock != nil else {
@@ -89,6 +111,7 @@ public enum MountRunner {
             config.readOnly = options.readOnly || options.fuseOptions.contains("ro")
             config.origin = origin
             config.bandwidth = bandwidth
+            config.startOffline = offline
             let engine = try await StowFileSystem(configuration: config, store: store, logger: logger)
             await engine.start()
 
@@ -147,7 +170,7 @@ public enum MountRunner {
                     mount.requestExit()
                 }
             }
-            logger.info("mounted \(fsname) at \(mountpoint) (server \(endpoint), cache \(cacheDirectory))")
+            logger.info("mounted \(fsname) at \(mountpoint) (server \(endpoint), cache \(cacheDirectory))\(offline ? " from the cache: the server is unreachable" : "")")
             // Type=notify: the mount is there and its control socket listens. Then the queue's
             // length as the unit's status line (`systemctl status`), when it changes.
             SystemdNotify.ready(status: "mounted \(fsname) at \(mountpoint)")
@@ -189,6 +212,9 @@ public enum MountRunner {
             // What was written is stored: the locks this mount holds go now, not at lease's end.
             await engine.endLockSessions()
             await engine.stop()
+            // Kept only when everything reached the server: a later mount made while the server
+            // is away serves it (what is still queued is the journal's, not this).
+            if leaveQueued.isSet == false, await engine.status().queue.files == 0 { engine.keepForNextMount() }
             await cleanup()
             lock = nil
             // Last: while the control socket answers, `stowfs unmount` knows this process is not done.

@@ -89,10 +89,12 @@ public enum Preflight {
                         + "(or ca_file in the config file)")
             default:
                 let why = e.message.replacingOccurrences(of: "cannot reach \(endpoint): ", with: "")
-                throw MountProblem("cannot reach the server at \(endpoint): \(why)", fix: "is stowd running there? check --endpoint (or endpoint in the config file)")
+                throw MountProblem(
+                    "cannot reach the server at \(endpoint): \(why)", fix: "is stowd running there? check --endpoint (or endpoint in the config file)",
+                    unreachable: e.kind == .unavailable || e.kind == .cancelled)
             }
         } catch {
-            throw MountProblem("cannot reach the server at \(endpoint): \(error)", fix: "is stowd running there? check --endpoint")
+            throw MountProblem("cannot reach the server at \(endpoint): \(error)", fix: "is stowd running there? check --endpoint", unreachable: true)
         }
         guard let namespace, !names.contains(namespace.name) else { return }
         guard create else {

@@ -57,6 +57,10 @@ public struct MountConfiguration: Sendable {
     /// `--bwlimit`: the limiters the store's requests wait on, changed live by `stowfs set` (nil: none).
     public var bandwidth: BandwidthLimits?
 
+    /// The server could not be reached at mount: start from the tree and blocks the last clean
+    /// unmount kept in the cache folder (see `StowFileSystem+Snapshot`).
+    public var startOffline = false
+
     public init(scope: Scope, cacheDirectory: String) {
         self.scope = scope
         self.cacheDirectory = cacheDirectory

@@ -49,6 +49,10 @@ struct Mount: AsyncParsableCommand {
               stowfs mount photos /mnt/photos --endpoint http://127.0.0.1:8420
               stowfs mount --all /mnt/stow
               stowfs mount demo ./mnt --create -o allow_other
+            When the server (--endpoint) cannot be reached, the mount comes up from what the last clean
+            unmount kept in its cache folder — the listings it had and the file contents it had read or
+            written — says so, and queues writes until the server is back; files whose contents are not
+            there fail with EIO. --require-server refuses to mount instead.
             """)
 
     @Argument(help: "The namespace to mount (omit with --all).")
@@ -70,6 +74,9 @@ struct Mount: AsyncParsableCommand {
 
     @Flag(help: "Create the namespace if it does not exist.")
     var create = false
+
+    @Flag(help: "Refuse to mount when the server cannot be reached (default: mount from what the last clean unmount kept in the cache, and queue writes until the server is back).")
+    var requireServer = false
 
     @Flag(help: .hidden)
     var daemonChild = false
@@ -99,6 +106,7 @@ struct Mount: AsyncParsableCommand {
         }
         opts.fuseOptions = options.flatMap { $0.split(separator: ",").map(String.init) }
         opts.createNamespace = create
+        opts.requireServer = requireServer
 
         if !foreground {
             Glibc.exit(Daemon.spawn(mountpoint: target, logFile: MountRunner.logFile(mountpoint: target)))
@@ -139,6 +147,10 @@ enum Daemon {
         while Date() < deadline {
             if !Preflight.stowfsMounts(at: mountpoint).subtracting(before).isEmpty {
                 print("mounted at \(mountpoint) (log: \(logFile))")
+                let text = (try? String(contentsOfFile: logFile, encoding: .utf8)) ?? ""
+                if (String(text.utf8.dropFirst(Int(start))) ?? "").contains("mounting from the cache") {
+                    print("the server is unreachable: mounted from the cache; writes queue until it is back (files not cached fail with EIO)")
+                }
                 return 0
             }
             if !p.isRunning {

@@ -74,11 +74,35 @@ extension SQLiteMetadataStore {
                 prefixValues = [.text(ns.name), .int(ino)]
                 c.add("e.parent IN (SELECT ino FROM below)")
             }
-            // With a tag or a metadata term, its index gives the inodes (`+i.namespace`: not the
-            // namespace's index, which would read every inode of it).
-            let indexed = !filter.tags.isEmpty || !filter.anyTags.isEmpty || !filter.metadata.isEmpty
-            c.add(indexed ? "+i.namespace = ?" : "i.namespace = ?", .text(ns.name))
-            for tag in filter.tags {
+            // What drives the query, so that a page costs what it returns (measured on 1,000,000
+            // files, docs/performance.md): the first tag's or metadata term's index, read in inode
+            // order and left as soon as the page is full; else the folders below `path`, whose
+            // entries are sorted; else SQLite's choice. `CROSS JOIN` fixes the order of the loops,
+            // `+i.namespace` keeps SQLite from reading every inode of the namespace instead.
+            var from = "entries e JOIN inodes i ON i.ino = e.ino"
+            var order = "i.ino"
+            var driven = false
+            var tags = filter.tags
+            var metadata = filter.metadata.sorted(by: { $0.key < $1.key })
+            if let first = tags.first {
+                tags.removeFirst()
+                from = "inode_tags d CROSS JOIN inodes i ON i.ino = d.ino CROSS JOIN entries e ON e.ino = i.ino"
+                c.add("d.namespace = ? AND d.tag = ?", .text(ns.name), .text(first))
+                order = "d.ino"
+                driven = true
+            } else if let (key, value) = metadata.first {
+                metadata.removeFirst()
+                from = "inode_meta d CROSS JOIN inodes i ON i.ino = d.ino CROSS JOIN entries e ON e.ino = i.ino"
+                c.add("d.namespace = ? AND d.key = ? AND d.value = ?", .text(ns.name), .text(key), .text(value))
+                order = "d.ino"
+                driven = true
+            } else if !prefix.isEmpty && filter.anyTags.isEmpty {
+                from = "below b CROSS JOIN entries e ON e.parent = b.ino CROSS JOIN inodes i ON i.ino = e.ino"
+                c.clauses.removeAll { $0 == "e.parent IN (SELECT ino FROM below)" }
+                driven = true
+            }
+            c.add(driven || !filter.anyTags.isEmpty ? "+i.namespace = ?" : "i.namespace = ?", .text(ns.name))
+            for tag in tags {
                 c.add("i.ino IN (SELECT ino FROM inode_tags WHERE namespace = ? AND tag = ?)", .text(ns.name), .text(tag))
             }
             if !filter.anyTags.isEmpty {
@@ -86,15 +110,17 @@ extension SQLiteMetadataStore {
                 c.clauses.append("i.ino IN (SELECT ino FROM inode_tags WHERE namespace = ? AND tag IN (\(marks)))")
                 c.values += [.text(ns.name)] + filter.anyTags.map { .text($0) }
             }
-            for (key, value) in filter.metadata.sorted(by: { $0.key < $1.key }) {
+            for (key, value) in metadata {
                 c.add("i.ino IN (SELECT ino FROM inode_meta WHERE namespace = ? AND key = ? AND value = ?)", .text(ns.name), .text(key), .text(value))
             }
             if let glob = filter.name { c.add("e.name GLOB ?", .text(glob.sqliteGlob)) }
             if let needle = filter.nameContains { c.add("instr(lower(e.name), lower(?)) > 0", .text(needle)) }
-            if let after { c.add("(i.ino, e.parent, e.name) > (?, ?, ?)", .int(after.ino), .int(after.parent), .text(after.name)) }
+            if let after {
+                c.add("\(order) >= ? AND (\(order), e.parent, e.name) > (?, ?, ?)", .int(after.ino), .int(after.ino), .int(after.parent), .text(after.name))
+            }
             let sql = """
-                \(prefix)SELECT e.parent AS s_parent, e.name AS s_name, i.* FROM entries e JOIN inodes i ON i.ino = e.ino
-                WHERE \(c.clauses.joined(separator: " AND ")) ORDER BY i.ino, e.parent, e.name LIMIT ?
+                \(prefix)SELECT e.parent AS s_parent, e.name AS s_name, i.* FROM \(from)
+                WHERE \(c.clauses.joined(separator: " AND ")) ORDER BY \(order), e.parent, e.name LIMIT ?
                 """
             let values: [(any DatabaseValueConvertible)?] = (prefixValues + c.values).map { v in
                 switch v {

@@ -1,12 +1,19 @@
 import Foundation
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Blocks of remote files on local disk, with a size bound and least-recently-used eviction.
 ///
 /// One sparse file per content version (`blocks/<etag>`): block `i` sits at `i × blockSize`, so a
 /// run of cached blocks is one contiguous range to read. Keying by ETag means a changed remote
 /// file never mixes with the old one. Eviction punches holes; a file with no block left is removed.
-/// The cache starts empty at every mount.
+///
+/// A clean stop (`persist`) syncs every block file and then writes an index of the blocks each
+/// holds; the next start reads that index and removes it, so the cache outlives a remount (and
+/// serves an offline mount). Without an index — the first mount, or one after a crash, whose
+/// blocks may not all have reached the disk — the cache starts empty.
 public final class BlockCache: Sendable {
     struct Key: Hashable {
         var etag: String
@@ -38,8 +45,99 @@ public final class BlockCache: Sendable {
         self.directory = directory
         self.blockSize = blockSize
         self.capacity = max(capacity, Int64(blockSize) * 16)
-        try? FileManager.default.removeItem(atPath: directory)
+        let kept = Self.readIndex(directory: directory, blockSize: blockSize)
+        if kept == nil { try? FileManager.default.removeItem(atPath: directory) }
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        guard let kept else { return }
+        // The index is for this start only: a crash from now on leaves none.
+        unlink(Self.indexPath(directory))
+        var s = State()
+        for entry in kept.files where !entry.blocks.isEmpty {
+            guard let file = try? CacheFile(path: filePath(entry.etag)) else { continue }
+            s.files[entry.etag] = FileState(file: file, present: Set(entry.blocks))
+            s.bytes += entry.bytes
+            for i in entry.blocks {
+                s.tick += 1
+                s.lastUse[Key(etag: entry.etag, index: i)] = s.tick
+            }
+        }
+        let known = Set(s.files.values.map { ($0.file.path as NSString).lastPathComponent })
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where !known.contains(name) {
+            unlink(directory + "/" + name)
+        }
+        let restored = s
+        state.withLock { $0 = restored }
+        if restored.bytes > self.capacity { evictIfNeeded() }
+    }
+
+    struct Index: Codable {
+        struct Entry: Codable {
+            var etag: String
+            var blocks: [Int64]
+            var bytes: Int64
+        }
+        var blockSize: Int
+        var files: [Entry]
+    }
+
+    static func indexPath(_ directory: String) -> String { directory + "/.index.json" }
+
+    static func readIndex(directory: String, blockSize: Int) -> Index? {
+        guard let data = FileManager.default.contents(atPath: indexPath(directory)),
+            let index = try? JSONDecoder().decode(Index.self, from: data), index.blockSize == blockSize
+        else { return nil }
+        return index
+    }
+
+    /// For a clean stop: syncs every block file, then writes the index of what they hold (synced,
+    /// then renamed into place), so that the next start keeps them. Nothing may use the cache after.
+    public func persist() throws(FSError) {
+        let (files, index) = state.withLock { s in
+            let entries = s.files.map { etag, f in
+                Index.Entry(
+                    etag: etag, blocks: f.present.sorted(),
+                    bytes: f.present.reduce(0) { sum, i in sum + min(Int64(blockSize), max(0, f.file.size - i * Int64(blockSize))) })
+            }
+            return (s.files.values.map(\.file), Index(blockSize: blockSize, files: entries))
+        }
+        for f in files { try f.sync() }
+        let path = Self.indexPath(directory)
+        let temporary = path + ".tmp"
+        let out = try CacheFile(path: temporary, truncate: true)
+        let data = (try? JSONEncoder().encode(index)) ?? Data()
+        try out.write(Array(data), at: 0)
+        try out.sync()
+        guard rename(temporary, path) == 0 else { throw FSError.io("cannot write \(path): \(String(cString: strerror(errno)))") }
+        let dir = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if dir >= 0 {
+            _ = fsync(dir)
+            close(dir)
+        }
+    }
+
+    /// Takes a whole local copy of `etag`'s content (a file just uploaded: the server has exactly
+    /// these bytes) as its cached blocks: the file is moved into the cache, not copied. False when
+    /// the cache already holds some of that version, or the copy is too large to be worth keeping.
+    public func adopt(etag: String, file: CacheFile, size: Int64) -> Bool {
+        guard size > 0, size <= capacity / 2 else { return false }
+        let target = filePath(etag)
+        let adopted = state.withLock { s -> Bool in
+            guard s.files[etag] == nil else { return false }
+            guard rename(file.path, target) == 0, let moved = try? CacheFile(path: target) else { return false }
+            let count = (size + Int64(blockSize) - 1) / Int64(blockSize)
+            var f = FileState(file: moved)
+            for i in 0..<count {
+                f.present.insert(i)
+                s.tick += 1
+                s.lastUse[Key(etag: etag, index: i)] = s.tick
+            }
+            s.files[etag] = f
+            s.bytes += size
+            return true
+        }
+        guard adopted else { return false }
+        if state.withLock({ $0.bytes > capacity }) { evictIfNeeded() }
+        return true
     }
 
     private func filePath(_ etag: String) -> String {

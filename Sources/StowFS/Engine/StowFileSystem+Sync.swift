@@ -40,7 +40,14 @@ extension StowFileSystem {
         }
         guard var file = consume uploaded else { return }
         // A read still splicing from it holds another reference: then it is deleted, as before.
-        if isKnownUniquelyReferenced(&file) { cacheFiles.give(file) } else { Glibc.unlink(file.path) }
+        // Otherwise it becomes the block cache's copy of the version just stored (a read after
+        // the kernel dropped its pages, or an offline mount, finds it there), or is reused.
+        guard isKnownUniquelyReferenced(&file) else {
+            Glibc.unlink(file.path)
+            return
+        }
+        if (try? file.truncate(to: f.record.size)) != nil, blocks.adopt(etag: f.record.etag, file: file, size: f.record.size) { return }
+        cacheFiles.give(file)
     }
 
     /// sync: sends what was written before now (open files included, as they are now) and returns
@@ -128,6 +135,22 @@ extension StowFileSystem {
 
     /// Stops the background uploads (after `sync`, for a clean unmount).
     public func stop() async { await queue.stop() }
+
+    /// After a clean unmount (the queue stopped): what this mount knew is kept for the next one —
+    /// the block cache's index (`BlockCache.persist`) and the tree (`writeSnapshot`), so that a
+    /// mount made while the server is away can serve them.
+    public func keepForNextMount() {
+        do {
+            try blocks.persist()
+        } catch {
+            logger.warning("the block cache is not kept for the next mount: \(error)")
+        }
+        do {
+            try writeSnapshot()
+        } catch {
+            logger.warning("the listings are not kept for the next mount: \(error)")
+        }
+    }
 
     public func statfs() -> FileSystemStatistics { FileSystemStatistics() }
 }

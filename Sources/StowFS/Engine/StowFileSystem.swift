@@ -190,10 +190,18 @@ public final class StowFileSystem: Sendable {
         var s = State()
         let now = TimeSpec.now
         let rootRemote: UInt64?
+        // Offline: the tree the last clean unmount kept stands in for the server's.
+        let snapshot = configuration.startOffline ? Self.readSnapshot(configuration) : nil
+        if configuration.startOffline && snapshot == nil {
+            throw StorageError(.unavailable, "the server is unreachable, and this cache folder keeps no listing from a clean unmount to mount from")
+        }
         switch configuration.scope {
         case .namespace(let ns):
-            let info = try await Self.namespaceRecord(store, ns)
-            rootRemote = info.rootInode
+            if let snapshot {
+                rootRemote = snapshot.rootRemote
+            } else {
+                rootRemote = try await Self.namespaceRecord(store, ns).rootInode
+            }
         case .all:
             rootRemote = nil
         }
@@ -204,6 +212,7 @@ public final class StowFileSystem: Sendable {
             ino: .root, parent: 0, name: "", attributes: rootAttributes, validUntil: .now,
             remote: rootRemote.map { RemoteInfo(ino: $0, etag: "", id: "") }, directory: DirectoryState())
         if let rootRemote { s.byRemote[rootRemote] = .root }
+        if let snapshot { Self.restore(snapshot, into: &s) }
         let recovered = await queue.recovered
         for r in recovered { s.recovered[r.location] = r }
         state = Mutex(s)

@@ -1,0 +1,156 @@
+public import Foundation
+import Logging
+import StorageProtocol
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The tree a mount knew, kept at a clean unmount (`writeSnapshot`) for a mount made while the
+/// server is away (`MountConfiguration.startOffline`): its folders answer from the listings kept
+/// and its files from the block cache kept (`BlockCache.persist`), until the server is back.
+///
+/// Only what the server has is kept (files still owed come back from the upload journal, as at
+/// every mount). A folder is kept as complete only when every name of its listing is kept too.
+extension StowFileSystem {
+    struct TreeSnapshot: Codable {
+        struct Item: Codable {
+            var ino: UInt64
+            var parent: UInt64
+            var name: String
+            var kind: NodeKind
+            var mode: UInt32
+            var uid: UInt32
+            var gid: UInt32
+            var size: UInt64
+            var nlink: UInt32
+            var atimeNs: Int64
+            var mtimeNs: Int64
+            var ctimeNs: Int64
+            var rdev: UInt64
+            var remoteIno: UInt64
+            var etag: String
+            var id: String
+            var tags: [String]
+            var metadata: [String: String]
+            var contentType: String?
+            var isPublic: Bool
+            var target: String?
+            /// A folder whose every name is kept.
+            var complete: Bool?
+        }
+
+        static let currentVersion = 1
+        var version = currentVersion
+        /// The namespace mounted (nil: all of them).
+        var namespace: String?
+        var rootRemote: UInt64?
+        var rootComplete: Bool
+        var savedNs: Int64
+        /// Parents before children.
+        var items: [Item]
+    }
+
+    public static func snapshotPath(_ cacheDirectory: String) -> String { cacheDirectory + "/tree.json" }
+
+    var scopeName: String? {
+        switch configuration.scope {
+        case .namespace(let ns): ns.name
+        case .all: nil
+        }
+    }
+
+    /// Writes the tree as the mount knows it now (synced, then renamed into place).
+    func writeSnapshot() throws(FSError) {
+        let snapshot = state.withLock { s -> TreeSnapshot in
+            var items: [TreeSnapshot.Item] = []
+            var rootComplete = false
+            // Breadth first from the root, so that a parent always comes before its children.
+            var queue: [InodeNumber] = [.root]
+            var head = 0
+            while head < queue.count {
+                let folder = queue[head]
+                head += 1
+                guard let dir = s.inodes[folder]?.directory else { continue }
+                var everyNameKept = true
+                for (name, ino) in dir.children.sorted(by: { $0.key < $1.key }) {
+                    guard let e = s.inodes[ino], !e.unlinked, e.parent == folder, e.name.isSameName(name.string), let r = e.remote,
+                        !e.hasLocalState || e.kind == .directory
+                    else {
+                        everyNameKept = false
+                        continue
+                    }
+                    let a = e.attributes
+                    var complete: Bool?
+                    if e.kind == .directory { complete = false }
+                    items.append(
+                        TreeSnapshot.Item(
+                            ino: ino, parent: folder, name: name.string, kind: e.kind, mode: a.mode, uid: a.uid, gid: a.gid, size: a.size, nlink: a.nlink,
+                            atimeNs: a.atime.nanoseconds, mtimeNs: a.mtime.nanoseconds, ctimeNs: a.ctime.nanoseconds, rdev: a.rdev, remoteIno: r.ino,
+                            etag: r.etag, id: r.id, tags: e.meta.tags, metadata: e.meta.metadata, contentType: e.meta.contentType, isPublic: e.meta.isPublic,
+                            target: e.meta.target, complete: complete))
+                    if e.kind == .directory { queue.append(ino) }
+                }
+                let complete = dir.complete && everyNameKept
+                if folder == .root {
+                    rootComplete = complete
+                } else if let i = items.lastIndex(where: { $0.ino == folder }) {
+                    items[i].complete = complete
+                }
+            }
+            return TreeSnapshot(
+                namespace: scopeName, rootRemote: s.inodes[.root]?.remote?.ino, rootComplete: rootComplete, savedNs: Timestamp.nowNanoseconds(),
+                items: items)
+        }
+        let path = Self.snapshotPath(configuration.cacheDirectory)
+        let temporary = path + ".tmp"
+        let out = try CacheFile(path: temporary, truncate: true)
+        let data = (try? JSONEncoder().encode(snapshot)) ?? Data()
+        try out.write(Array(data), at: 0)
+        try out.sync()
+        guard Glibc.rename(temporary, path) == 0 else { throw FSError.io("cannot write \(path): \(String(cString: strerror(errno)))") }
+        logger.info("kept \(snapshot.items.count) name(s) for a mount made while the server is away")
+    }
+
+    /// The tree kept by the last clean unmount of this cache folder, if it is this mount's (the same namespace).
+    static func readSnapshot(_ configuration: MountConfiguration) -> TreeSnapshot? {
+        guard let data = FileManager.default.contents(atPath: snapshotPath(configuration.cacheDirectory)),
+            let snapshot = try? JSONDecoder().decode(TreeSnapshot.self, from: data), snapshot.version == TreeSnapshot.currentVersion
+        else { return nil }
+        let name: String? =
+            switch configuration.scope {
+            case .namespace(let ns): ns.name
+            case .all: nil
+            }
+        return snapshot.namespace == name ? snapshot : nil
+    }
+
+    /// Puts a kept tree into the state of a mount starting offline. Everything is stale (the server
+    /// is asked first whenever it can be), and answers from here only while it cannot.
+    static func restore(_ snapshot: TreeSnapshot, into s: inout State) {
+        var mapped: [UInt64: InodeNumber] = [InodeNumber.root: .root]
+        s.inodes[.root]?.directory?.complete = snapshot.rootComplete
+        for item in snapshot.items {
+            guard let parent = mapped[item.parent], s.inodes[parent]?.directory != nil else { continue }
+            let ino = item.remoteIno < InodeNumber.firstLocal && s.inodes[item.remoteIno] == nil && item.remoteIno > InodeNumber.root
+                ? item.remoteIno : { defer { s.nextLocal += 1 }; return s.nextLocal }()
+            mapped[item.ino] = ino
+            var e = InodeEntry(
+                ino: ino, parent: parent, name: item.name,
+                attributes: FileAttributes(
+                    ino: ino, kind: item.kind, mode: item.mode, uid: item.uid, gid: item.gid, size: item.size, nlink: item.nlink,
+                    atime: TimeSpec(nanoseconds: item.atimeNs), mtime: TimeSpec(nanoseconds: item.mtimeNs), ctime: TimeSpec(nanoseconds: item.ctimeNs),
+                    rdev: item.rdev),
+                validUntil: .now, remote: RemoteInfo(ino: item.remoteIno, etag: item.etag, id: item.id))
+            e.meta = FileMeta(tags: item.tags, metadata: item.metadata, contentType: item.contentType, isPublic: item.isPublic, target: item.target)
+            if item.kind == .directory {
+                var d = DirectoryState()
+                d.complete = item.complete ?? false
+                e.directory = d
+            }
+            s.inodes[ino] = e
+            s.byRemote[item.remoteIno] = ino
+            s.inodes[parent]?.directory?.children[item.name] = ino
+        }
+    }
+}
