@@ -275,3 +275,7 @@ int CStowSystem_stderr_is_journal(const char *journal_stream) {
     if (fstat(2, &st) != 0) return 0;
     return (unsigned long long)st.st_dev == device && (unsigned long long)st.st_ino == inode;
 }
+
+int CStowSystem_syncfs(int fd) {
+    return syncfs(fd);
+}

@@ -212,9 +212,9 @@ public enum MountRunner {
             // What was written is stored: the locks this mount holds go now, not at lease's end.
             await engine.endLockSessions()
             await engine.stop()
-            // Kept only when everything reached the server: a later mount made while the server
-            // is away serves it (what is still queued is the journal's, not this).
-            if leaveQueued.isSet == false, await engine.status().queue.files == 0 { engine.keepForNextMount() }
+            // A clean end: what the mount knew is kept for a later mount made while the server is
+            // away (what is still queued is the journal's, and comes back from it).
+            engine.keepForNextMount()
             await cleanup()
             lock = nil
             // Last: while the control socket answers, `stowfs unmount` knows this process is not done.

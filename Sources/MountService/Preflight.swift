@@ -91,7 +91,9 @@ public enum Preflight {
                 let why = e.message.replacingOccurrences(of: "cannot reach \(endpoint): ", with: "")
                 throw MountProblem(
                     "cannot reach the server at \(endpoint): \(why)", fix: "is stowd running there? check --endpoint (or endpoint in the config file)",
-                    unreachable: e.kind == .unavailable || e.kind == .cancelled)
+                    // Not answering (no connection, a timeout, a proxy with no server behind it) —
+                    // not a server that answers with an error of its own.
+                    unreachable: (e.kind == .unavailable || e.kind == .cancelled) && (e.status.map { [502, 503, 504].contains($0) } ?? true))
             }
         } catch {
             throw MountProblem("cannot reach the server at \(endpoint): \(error)", fix: "is stowd running there? check --endpoint", unreachable: true)

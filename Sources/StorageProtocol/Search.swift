@@ -153,6 +153,8 @@ public struct SearchFilter: Codable, Sendable, Equatable {
         }
         var seen = Set<String>()
         for (key, value) in items {
+            // No store keeps a NUL in a name, a tag or a value (PostgreSQL refuses one in text).
+            if value.utf8.contains(0) { throw SearchFilterError("`\(key)` has a NUL byte") }
             switch key {
             case "path":
                 try once(key, &seen)
@@ -240,7 +242,7 @@ public struct SearchFilter: Codable, Sendable, Equatable {
         return nil
     }
 
-    static func formatTime(_ ns: Int64) -> String {
+    public static func formatTime(_ ns: Int64) -> String {
         ns % 1_000_000_000 == 0 ? String(ns / 1_000_000_000) : Timestamp.iso8601(nanoseconds: ns)
     }
 }
@@ -398,6 +400,17 @@ public struct NameGlob: Codable, Sendable, Equatable {
         }
         while t < tokens.count, tokens[t] == .any { t += 1 }
         return t == tokens.count
+    }
+
+    /// Whether `sqliteGlob` means exactly this pattern. SQLite reads `]`, `^` and `-` in a set by
+    /// rules of its own (first, last, as a range's end): a pattern with them in a set is tested by
+    /// a function running `matches` instead (`stow_glob`).
+    public var sqliteGlobIsExact: Bool {
+        let special: Set<Unicode.Scalar> = ["]", "^", "-"]
+        return tokens.allSatisfy { t in
+            guard case .set(_, let items) = t else { return true }
+            return items.allSatisfy { !special.contains($0.lowerBound) && !special.contains($0.upperBound) }
+        }
     }
 
     /// The pattern in SQLite's GLOB syntax (`[*]` for a literal star, `[^…]` to negate).

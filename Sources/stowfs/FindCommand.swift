@@ -98,7 +98,7 @@ struct Find: AsyncParsableCommand {
         for (flag, value, key) in [("--newer", newer, "modified_after"), ("--older", older, "modified_before")] {
             guard let value else { continue }
             guard let ns = Self.time(value) else { throw ValidationError("\(flag) `\(value)`: give a date (2026-11-26), a time (RFC 3339) or an age (30m, 12h, 7d)") }
-            items.append((key, String(ns / 1_000_000_000)))
+            items.append((key, SearchFilter.formatTime(ns)))
         }
         items += meta.map { ("meta", $0) }
         if folders { items.append(("kind", "folders")) }
@@ -108,8 +108,11 @@ struct Find: AsyncParsableCommand {
     /// Nanoseconds since the epoch: RFC 3339, a date (midnight UTC), whole seconds, or an age before now.
     static func time(_ text: String) -> Int64? {
         let units: [Character: Int64] = ["s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604_800]
-        if let unit = text.last, let scale = units[unit], let n = Int64(text.dropLast()), n >= 0, n < 1 << 40 {
-            return Timestamp.nowNanoseconds() - n * scale * 1_000_000_000
+        if let unit = text.last, let scale = units[unit], let n = Int64(text.dropLast()), n >= 0 {
+            let (seconds, o1) = n.multipliedReportingOverflow(by: scale)
+            let (ns, o2) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+            let (at, o3) = Timestamp.nowNanoseconds().subtractingReportingOverflow(ns)
+            return o1 || o2 || o3 ? nil : at
         }
         if text.count == 10, let ns = SearchFilter.parseTime(text + "T00:00:00Z") { return ns }
         return SearchFilter.parseTime(text)

@@ -48,7 +48,7 @@ struct FindMountTests {
 
             for (args, says) in [
                 (["--status", "stowed"], "--status"), (["--type", "image"], "type"), (["--public", "--private"], "exclude"),
-                (["--larger", "big"], "--larger"), (["--newer", "yesterday"], "--newer"), (["nowhere"], "`nowhere` does not exist"),
+                (["--larger", "big"], "--larger"), (["--newer", "yesterday"], "--newer"), (["--newer", "99999999999d"], "--newer"), (["nowhere"], "`nowhere` does not exist"),
             ] {
                 let (status, out) = try m.run(MountedFS.binDirectory + "/stowfs", ["find", mp] + args)
                 #expect(status != 0 && out.contains(says), "\(args): \(status) \(out)")

@@ -66,4 +66,56 @@ struct BlockCacheTests {
         #expect(wrong == 0)
         #expect(cache.pinnedBlocks == 0)
     }
+
+    @Test("kept by persist and taken by the next start; a late fetch or eviction after persist changes nothing; a file gone or cut short is not trusted")
+    func keptAcrossStarts() throws {
+        let dir = FileManager.default.temporaryDirectory.path + "/stow-blocks-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        do {
+            let cache = try BlockCache(directory: dir, blockSize: Self.blockSize, capacity: 0)
+            for b in 0..<4 { try Self.store(cache, etag: "kept", block: Int64(b)) }
+            try Self.store(cache, etag: "cut", block: 3)
+            try Self.store(cache, etag: "gone", block: 0)
+            try cache.persist()
+            // After persist: nothing the index describes may change (it would serve holes as data).
+            for b in 0..<40 { try Self.store(cache, etag: "late", block: Int64(b)) }
+            #expect(cache.segment(etag: "kept", range: 0..<Int64(4 * Self.blockSize)) != nil)
+        }
+        truncate(dir + "/cut", off_t(Self.blockSize))
+        unlink(dir + "/gone")
+        let again = try BlockCache(directory: dir, blockSize: Self.blockSize, capacity: 0)
+        #expect(!FileManager.default.fileExists(atPath: dir + "/.index.json"), "the index is for one start")
+        let segment = try #require(again.segment(etag: "kept", range: 0..<Int64(4 * Self.blockSize)))
+        #expect(segment.length == 4 * Self.blockSize)
+        #expect(again.segment(etag: "cut", range: Int64(3 * Self.blockSize)..<Int64(4 * Self.blockSize)) == nil)
+        #expect(again.segment(etag: "gone", range: 0..<1) == nil)
+        #expect(!FileManager.default.fileExists(atPath: dir + "/gone"), "a file gone is not made again")
+        #expect(again.segment(etag: "late", range: 0..<1) == nil)
+        #expect(again.statistics.bytes == Int64(4 * Self.blockSize))
+        // Without an index (a crash after this start), the next start keeps nothing.
+        let third = try BlockCache(directory: dir, blockSize: Self.blockSize, capacity: 0)
+        #expect(third.segment(etag: "kept", range: 0..<1) == nil)
+    }
+
+    @Test("an adopted copy counts its own bytes: dropping it, or evicting its last short block, gives back exactly those")
+    func adoptedBytes() throws {
+        try withCache { cache in
+            let dir = cache.directory
+            let file = try CacheFile(path: dir + "/../adopt-\(UUID().uuidString.prefix(6))", truncate: true)
+            try file.write([UInt8](repeating: 7, count: Self.blockSize + 10), at: 0)
+            #expect(cache.adopt(etag: "a", file: file, size: Int64(Self.blockSize + 10)))
+            #expect(cache.statistics.bytes == Int64(Self.blockSize + 10))
+            #expect(cache.segment(etag: "a", range: 0..<Int64(Self.blockSize + 10))?.length == Self.blockSize + 10)
+            cache.drop(etag: "a")
+            #expect(cache.statistics.bytes == 0)
+            // Eviction of short last blocks: 40 files of 1 block + 10 bytes in a 16-block cache.
+            for i in 0..<40 {
+                let f = try CacheFile(path: dir + "/../adopt-\(UUID().uuidString.prefix(6))", truncate: true)
+                try f.write([UInt8](repeating: 1, count: Self.blockSize + 10), at: 0)
+                _ = cache.adopt(etag: "e\(i)", file: f, size: Int64(Self.blockSize + 10))
+            }
+            let bytes = cache.statistics.bytes
+            #expect(bytes > 0 && bytes <= Int64(16 * Self.blockSize), "\(bytes)")
+        }
+    }
 }

@@ -21,23 +21,23 @@ struct WriteTests {
         }
     }
 
-    @Test("an uploaded local copy is emptied and reused for the next file, and each file keeps its own content")
-    func copiesReused() async throws {
+    @Test("an uploaded local copy becomes the block cache's copy of the version stored (moved, not copied), and each file keeps its own content")
+    func copiesAdopted() async throws {
         try await withEngine { h in
-            let dir = h.cacheDirectory + "/files"
-            var names = Set<String>()
+            let files = h.cacheDirectory + "/files", blocks = h.cacheDirectory + "/blocks"
             for i in 0..<20 {
                 try await h.write("f\(i)", String(repeating: "file \(i) ", count: 20 - i))
-                // Each new file would be a new name (a new inode); a reused copy keeps its name.
-                names.formUnion(try FileManager.default.contentsOfDirectory(atPath: dir))
                 await h.fs.sync()
             }
-            #expect(names.count <= 4, "20 files written one after the other used \(names.count) local files")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: files).isEmpty, "no local copy is left once stored")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: blocks).count == 20, "each stored copy is a version in the block cache")
+            let misses = await h.fs.status().cache.misses
             for i in 0..<20 {
                 let expected = String(repeating: "file \(i) ", count: 20 - i)
                 #expect(try await h.stored("f\(i)") == expected)
                 #expect(try await h.text("f\(i)") == expected)
             }
+            #expect(await h.fs.status().cache.misses == misses, "read back from the adopted copies, not from the server")
         }
     }
 

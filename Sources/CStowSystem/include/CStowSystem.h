@@ -9,6 +9,8 @@
 
 /// fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length)
 int CStowSystem_punch_hole(int fd, off_t offset, off_t length);
+/* Flushes the whole filesystem holding `fd` (syncfs(2)): one call for many files. */
+int CStowSystem_syncfs(int fd);
 
 /// Fixes glibc's mmap threshold (allocations of `bytes` or more are mapped, and unmapped when
 /// freed) instead of letting it grow with freed blocks: a server that allocates buffers of many

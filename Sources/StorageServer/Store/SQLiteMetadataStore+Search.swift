@@ -55,6 +55,16 @@ extension SQLiteMetadataStore {
                 """)
     }
 
+    /// `stow_glob(pattern, name)`: `NameGlob.matches`, for the patterns SQLite's GLOB reads otherwise.
+    static func addSearchFunctions(_ db: Database) {
+        db.add(function: DatabaseFunction("stow_glob", argumentCount: 2, pure: true) { values in
+            guard let pattern = String.fromDatabaseValue(values[0].databaseValue), let name = String.fromDatabaseValue(values[1].databaseValue),
+                let glob = try? NameGlob(pattern)
+            else { return false }
+            return glob.matches(name)
+        })
+    }
+
     public func search(_ ns: Namespace, _ filter: SearchFilter, after: SearchCursor?, limit: Int) async throws -> SearchPage {
         try await pool.read { db in
             guard try Self.namespaceInfo(db, ns) != nil else { throw StoreError.namespaceNotFound(ns) }
@@ -113,7 +123,13 @@ extension SQLiteMetadataStore {
             for (key, value) in metadata {
                 c.add("i.ino IN (SELECT ino FROM inode_meta WHERE namespace = ? AND key = ? AND value = ?)", .text(ns.name), .text(key), .text(value))
             }
-            if let glob = filter.name { c.add("e.name GLOB ?", .text(glob.sqliteGlob)) }
+            if let glob = filter.name {
+                if glob.sqliteGlobIsExact {
+                    c.add("e.name GLOB ?", .text(glob.sqliteGlob))
+                } else {
+                    c.add("stow_glob(?, e.name)", .text(glob.pattern))
+                }
+            }
             if let needle = filter.nameContains { c.add("instr(lower(e.name), lower(?)) > 0", .text(needle)) }
             if let after {
                 c.add("\(order) >= ? AND (\(order), e.parent, e.name) > (?, ?, ?)", .int(after.ino), .int(after.ino), .int(after.parent), .text(after.name))
@@ -136,6 +152,9 @@ extension SQLiteMetadataStore {
             for row in rows.prefix(limit) {
                 let parent: Int64 = row["s_parent"]
                 let name: String = row["s_name"]
+                let ino: Int64 = row["ino"]
+                // Every row read moves the cursor, one left out too (else a page of them would end the search).
+                last = SearchCursor(ino: ino, parent: parent, name: name)
                 let folderPath: StoragePath
                 if let known = folders[parent] {
                     folderPath = known
@@ -146,7 +165,6 @@ extension SQLiteMetadataStore {
                 }
                 let inode = try Self.decodeInode(row)
                 nodes.append(Node(namespace: ns, path: try folderPath.appending(name), inode: inode))
-                last = SearchCursor(ino: Int64(inode.ino), parent: parent, name: name)
             }
             return SearchPage(nodes: nodes, next: rows.count > limit ? last : nil)
         }

@@ -25,6 +25,7 @@ public final class SQLiteMetadataStore: MetadataStore {
         config.prepareDatabase { db in
             try db.execute(sql: "PRAGMA foreign_keys = OFF")
             Self.addChangeFunctions(db, origin: origin)
+            Self.addSearchFunctions(db)
         }
         pool = try DatabasePool(path: path, configuration: config)
         // After the pool exists: GRDB sets the writer to `synchronous = NORMAL` when it turns WAL on

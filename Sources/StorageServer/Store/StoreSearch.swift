@@ -20,7 +20,7 @@ public struct SearchCursor: Sendable, Equatable {
     public init?(encoded: String) {
         guard encoded.utf8.count <= 8192, let data = Base64URL.decode(encoded), let text = String(data: data, encoding: .utf8) else { return nil }
         let parts = text.split(separator: ".", maxSplits: 2, omittingEmptySubsequences: false)
-        guard parts.count == 3, let ino = Int64(parts[0]), let parent = Int64(parts[1]), !parts[2].isEmpty else { return nil }
+        guard parts.count == 3, let ino = Int64(parts[0]), let parent = Int64(parts[1]), !parts[2].isEmpty, !parts[2].utf8.contains(0) else { return nil }
         self.init(ino: ino, parent: parent, name: String(parts[2]))
     }
 }
@@ -50,7 +50,9 @@ struct SearchConditions {
     }
 
     /// The conditions of everything but tags, metadata, the name glob and the folder.
-    static func common(_ f: SearchFilter) -> SearchConditions {
+    /// `typeColumn`: how the store names the content type so that it compares by bytes
+    /// (PostgreSQL: `COLLATE "C"`, whatever the database's collation).
+    static func common(_ f: SearchFilter, typeColumn: String = "i.content_type") -> SearchConditions {
         var c = SearchConditions()
         switch f.kind {
         case .files: c.add("i.kind <> 'dir'")
@@ -58,10 +60,10 @@ struct SearchConditions {
         case .all: break
         }
         let ct = f.contentTypeMatch
-        if let exact = ct.exact { c.add("i.content_type = ?", .text(exact)) }
+        if let exact = ct.exact { c.add("\(typeColumn) = ?", .text(exact)) }
         // `type/` … `type0`: '0' is the character after '/', so the range is every `type/…`, and
         // an index on content_type serves it.
-        if let prefix = ct.prefix { c.add("i.content_type >= ? AND i.content_type < ?", .text(prefix), .text(String(prefix.dropLast()) + "0")) }
+        if let prefix = ct.prefix { c.add("\(typeColumn) >= ? AND \(typeColumn) < ?", .text(prefix), .text(String(prefix.dropLast()) + "0")) }
         if let p = f.isPublic { c.add("i.public = ?", .bool(p)) }
         if let m = f.minSize { c.add("i.size >= ?", .int(m)) }
         if let m = f.maxSize { c.add("i.size <= ?", .int(m)) }

@@ -24,6 +24,21 @@ public final class CacheFile: Sendable {
 
     deinit { close(descriptor) }
 
+    /// Puts `data` at `path` whole or not at all: written to a temporary file, synced, renamed over
+    /// `path`, and the folder synced (a power cut leaves the old file or the new one, never a part).
+    public static func replace(_ path: String, with data: Data) throws(FSError) {
+        let temporary = path + ".tmp"
+        let out = try CacheFile(path: temporary, truncate: true)
+        try out.write(Array(data), at: 0)
+        try out.sync()
+        guard Glibc.rename(temporary, path) == 0 else { throw FSError.io("cannot write \(path): \(String(cString: strerror(errno)))") }
+        let dir = open((path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if dir >= 0 {
+            _ = fsync(dir)
+            close(dir)
+        }
+    }
+
     var fd: FileDescriptor { FileDescriptor(rawValue: descriptor) }
 
     /// Writes all of `bytes` at `offset`.

@@ -36,7 +36,22 @@ extension StowFileSystem {
         let any = statuses.isEmpty
         for ns in namespaces {
             let within = Location(namespace: ns, path: base.path)
-            let mine = owed.filter { $0.record.location.isWithin(within) }
+            // One entry per file: a file rewritten while its last version uploads has two records;
+            // the newest says what the file will be, and it is `uploading` while any of them is.
+            var newest: [[UInt8]: (record: UploadJournal.Record, status: String)] = [:]
+            var order: [[UInt8]] = []
+            for (r, status) in owed where r.location.isWithin(within) {
+                let key = Array(mountPath(of: r.location).utf8)
+                if let known = newest[key] {
+                    let uploading = known.status == "uploading" || status == "uploading"
+                    let latest = r.id > known.record.id ? (r, status) : known
+                    newest[key] = (latest.0, uploading ? "uploading" : latest.1)
+                } else {
+                    newest[key] = (r, status)
+                    order.append(key)
+                }
+            }
+            let mine = order.map { newest[$0]! }
             // Locations are compared by their bytes (two spellings of a name are two files).
             let owedPaths = Set(mine.map { Array(mountPath(of: $0.record.location).utf8) })
             var searchFilter = filter

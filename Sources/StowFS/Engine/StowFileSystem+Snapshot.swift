@@ -102,13 +102,7 @@ extension StowFileSystem {
                 namespace: scopeName, rootRemote: s.inodes[.root]?.remote?.ino, rootComplete: rootComplete, savedNs: Timestamp.nowNanoseconds(),
                 items: items)
         }
-        let path = Self.snapshotPath(configuration.cacheDirectory)
-        let temporary = path + ".tmp"
-        let out = try CacheFile(path: temporary, truncate: true)
-        let data = (try? JSONEncoder().encode(snapshot)) ?? Data()
-        try out.write(Array(data), at: 0)
-        try out.sync()
-        guard Glibc.rename(temporary, path) == 0 else { throw FSError.io("cannot write \(path): \(String(cString: strerror(errno)))") }
+        try CacheFile.replace(Self.snapshotPath(configuration.cacheDirectory), with: (try? JSONEncoder().encode(snapshot)) ?? Data())
         logger.info("kept \(snapshot.items.count) name(s) for a mount made while the server is away")
     }
 

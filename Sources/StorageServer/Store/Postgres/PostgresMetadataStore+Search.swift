@@ -37,7 +37,7 @@ extension PostgresMetadataStore {
             clauses.append("e.parent IN (SELECT ino FROM below)")
         }
         // The shared conditions, their `?` numbered in order.
-        let common = SearchConditions.common(filter)
+        let common = SearchConditions.common(filter, typeColumn: "(i.content_type COLLATE \"C\")")
         var values = common.values.makeIterator()
         for clause in common.clauses {
             var out = ""
@@ -75,10 +75,11 @@ extension PostgresMetadataStore {
         for row in rows.prefix(limit) {
             let parent = try row["s_parent"].decode(Int64.self)
             let name = try row["s_name"].decode(String.self)
+            // Every row read moves the cursor, one left out too (else a page of them would end the search).
+            last = SearchCursor(ino: try row["ino"].decode(Int64.self), parent: parent, name: name)
             guard let segments = try row["s_folder"].decode([String]?.self) else { continue }
             let inode = try Self.decodeInode(row)
             nodes.append(Node(namespace: ns, path: try StoragePath(segments: segments + [name]), inode: inode))
-            last = SearchCursor(ino: Int64(inode.ino), parent: parent, name: name)
         }
         return SearchPage(nodes: nodes, next: rows.count > limit ? last : nil)
     }

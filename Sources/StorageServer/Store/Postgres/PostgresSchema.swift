@@ -1009,7 +1009,8 @@ enum PostgresSchema {
         statements: [
             "CREATE INDEX inodes_tags ON inodes USING gin (tags)",
             "CREATE INDEX inodes_metadata ON inodes USING gin (metadata jsonb_path_ops)",
-            "CREATE INDEX inodes_by_type ON inodes(namespace, content_type)",
+            // By bytes, as the search compares (`type/*` is a range from `type/` to `type0`).
+            "CREATE INDEX inodes_by_type ON inodes(namespace, (content_type COLLATE \"C\"))",
             "CREATE INDEX inodes_folders ON inodes(namespace) WHERE kind = 'dir'",
         ])
 }
