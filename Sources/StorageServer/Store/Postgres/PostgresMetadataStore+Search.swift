@@ -25,6 +25,7 @@ extension PostgresMetadataStore {
         let nsParam = bind(.text(ns.name))
         var clauses = ["i.namespace = \(nsParam)"]
         var prefix = ""
+        var from = "entries e JOIN inodes i ON i.ino = e.ino"
         if let folder = filter.path, !folder.isRoot {
             let segs = bindArray(folder.segments)
             prefix = """
@@ -32,9 +33,23 @@ extension PostgresMetadataStore {
                     SELECT d.ino, e.parent FROM inodes d JOIN entries e ON e.ino = d.ino WHERE d.namespace = \(nsParam) AND d.kind = 'dir'),
                 below(ino) AS (SELECT stow_resolve_folder(stow_root(\(nsParam)), \(segs)::text[])
                                UNION SELECT f.ino FROM ns_folders f JOIN below ON f.parent = below.ino)
-
                 """
-            clauses.append("e.parent IN (SELECT ino FROM below)")
+            if filter.tags.isEmpty && filter.anyTags.isEmpty && filter.metadata.isEmpty {
+                // No GIN term: the folders' entries are the rows (then sorted), not every inode in
+                // order until the page is full — which, for a folder of 1,000 among 1,000,000
+                // files, read them all (1.1 s). Each folder's entries by the primary key (the
+                // `OFFSET 0` keeps PostgreSQL from hashing all entries instead: 230 ms).
+                prefix += """
+                    ,
+                    candidates AS MATERIALIZED (SELECT e.parent, e.name, e.ino FROM below b
+                        CROSS JOIN LATERAL (SELECT x.parent, x.name, x.ino FROM entries x WHERE x.parent = b.ino OFFSET 0) e)
+
+                    """
+                from = "candidates e JOIN inodes i ON i.ino = e.ino"
+            } else {
+                prefix += "\n"
+                clauses.append("e.parent IN (SELECT ino FROM below)")
+            }
         }
         // The shared conditions, their `?` numbered in order.
         let common = SearchConditions.common(filter, typeColumn: "(i.content_type COLLATE \"C\")")
@@ -65,7 +80,7 @@ extension PostgresMetadataStore {
         let limitParam = bind(.int(Int64(limit) + 1))
         let sql = """
             \(prefix)SELECT e.parent AS s_parent, e.name AS s_name, stow_path(e.parent) AS s_folder, \(Self.inodeColumns("i."))
-            FROM entries e JOIN inodes i ON i.ino = e.ino
+            FROM \(from)
             WHERE \(clauses.joined(separator: " AND ")) ORDER BY i.ino, e.parent, e.name LIMIT \(limitParam)
             """
         let rows = try await rows(PostgresQuery(unsafeSQL: sql, binds: binds))

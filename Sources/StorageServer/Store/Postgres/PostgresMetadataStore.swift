@@ -50,8 +50,10 @@ public final class PostgresMetadataStore: MetadataStore {
         config.options.maximumConnections = location.poolSize
         config.options.connectTimeout = .seconds(5)
         // A statement never runs unbounded; a session never sits in an open transaction.
+        // No JIT: stowd's statements are short, and a search whose plan is estimated large (a
+        // folder's entries: 600,000 rows estimated, 1,000 read) spent 340 ms compiling for 20 ms of work.
         var startup: [(String, String)] = [("statement_timeout", "60000"), ("idle_in_transaction_session_timeout", "60000"),
-                                           ("application_name", "stowd")]
+                                           ("application_name", "stowd"), ("jit", "off")]
         if let schema = location.schema { startup.append(("search_path", schema)) }
         config.options.additionalStartupParameters = startup
         let client = PostgresClient(configuration: config)
