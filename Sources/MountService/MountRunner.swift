@@ -113,7 +113,6 @@ public enum MountRunner {
             config.bandwidth = bandwidth
             config.startOffline = offline
             let engine = try await StowFileSystem(configuration: config, store: store, logger: logger)
-            await engine.start()
 
             let fuseOptions = ["default_permissions"] + options.fuseOptions.filter { $0 != "nonempty" && $0 != "default_permissions" }
             let fsname = "stowfs:" + (options.namespace?.name ?? "all")
@@ -152,6 +151,9 @@ public enum MountRunner {
                 _ = try? await controlTask.value
                 throw error
             }
+            // Mounted: what the last clean unmount kept is this mount's now; then uploads start.
+            engine.claimKept()
+            await engine.start()
             let metricsTask = metrics.map { m in
                 Task {
                     logger.info("metrics at \(m.server.url)")

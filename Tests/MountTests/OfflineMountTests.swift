@@ -78,6 +78,13 @@ struct OfflineMountTests {
             var failure = ""
             do { try m.mountFS(extra: ["--require-server"]) } catch { failure = "\(error)" }
             #expect(failure.contains("cannot reach the server"), "\(failure)")
+            // A start that fails after reading what was kept (here: FUSE refuses an option) keeps it for the next.
+            failure = ""
+            do { try m.mountFS(extra: ["-o", "no_such_fuse_option"]) } catch { failure = "\(error)" }
+            #expect(!failure.isEmpty, "the bad option must fail the mount")
+            try m.mountFS()
+            #expect(try m.sh("cat \(m.mountpoint)/x.txt") == "x", "kept through the failed start: \(m.logText.suffix(1500))")
+            try m.unmountFS()
             try? FileManager.default.removeItem(atPath: m.cacheDirectory)
             failure = ""
             do { try m.mountFS() } catch { failure = "\(error)" }

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import Synchronization
 public import StorageProtocol
 
 /// Search on SQLite: tags and metadata copied by triggers into indexed tables (`inode_tags`,
@@ -56,10 +57,12 @@ extension SQLiteMetadataStore {
     }
 
     /// `stow_glob(pattern, name)`: `NameGlob.matches`, for the patterns SQLite's GLOB reads otherwise.
+    /// Each pattern is parsed once per connection (not once per row), a few kept.
     static func addSearchFunctions(_ db: Database) {
+        let parsed = GlobCache()
         db.add(function: DatabaseFunction("stow_glob", argumentCount: 2, pure: true) { values in
             guard let pattern = String.fromDatabaseValue(values[0].databaseValue), let name = String.fromDatabaseValue(values[1].databaseValue),
-                let glob = try? NameGlob(pattern)
+                let glob = parsed.glob(pattern)
             else { return false }
             return glob.matches(name)
         })
@@ -168,5 +171,20 @@ extension SQLiteMetadataStore {
             }
             return SearchPage(nodes: nodes, next: rows.count > limit ? last : nil)
         }
+    }
+}
+
+/// Parsed globs of one connection's `stow_glob`, by pattern (at most 16).
+final class GlobCache: Sendable {
+    private let globs = Mutex<[String: NameGlob]>([:])
+
+    func glob(_ pattern: String) -> NameGlob? {
+        if let known = globs.withLock({ $0[pattern] }) { return known }
+        guard let glob = try? NameGlob(pattern) else { return nil }
+        globs.withLock { map in
+            if map.count >= 16 { map.removeAll() }
+            map[pattern] = glob
+        }
+        return glob
     }
 }

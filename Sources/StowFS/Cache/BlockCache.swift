@@ -52,8 +52,8 @@ public final class BlockCache: Sendable {
         if kept == nil { try? FileManager.default.removeItem(atPath: directory) }
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         guard let kept else { return }
-        // The index is for this start only: a crash from now on leaves none.
-        unlink(Self.indexPath(directory))
+        // The index is for this start only: `claimIndex` removes it once the mount is up (a start
+        // that fails before keeps it for the next; a crash after leaves none).
         var s = State()
         for entry in kept.files where !entry.blocks.isEmpty {
             // The file must still be there (not made anew) and hold its last block's start.
@@ -68,13 +68,20 @@ public final class BlockCache: Sendable {
                 s.lastUse[Key(etag: entry.etag, index: i)] = s.tick
             }
         }
-        let known = Set(s.files.values.map { ($0.file.path as NSString).lastPathComponent })
+        // The index stays (until `claimIndex`); everything else the index does not name goes.
+        let known = Set(s.files.values.map { ($0.file.path as NSString).lastPathComponent } + [(Self.indexPath(directory) as NSString).lastPathComponent])
         for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where !known.contains(name) {
             unlink(directory + "/" + name)
         }
         let restored = s
         state.withLock { $0 = restored }
         if restored.bytes > self.capacity { evictIfNeeded() }
+    }
+
+    /// The mount is up and will use (and change) the cache: the index read at start goes, so that
+    /// a crash from now on leaves none.
+    public func claimIndex() {
+        unlink(Self.indexPath(directory))
     }
 
     struct Index: Codable {

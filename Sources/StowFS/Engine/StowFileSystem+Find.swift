@@ -36,22 +36,23 @@ extension StowFileSystem {
         let any = statuses.isEmpty
         for ns in namespaces {
             let within = Location(namespace: ns, path: base.path)
-            // One entry per file: a file rewritten while its last version uploads has two records;
-            // the newest says what the file will be, and it is `uploading` while any of them is.
-            var newest: [[UInt8]: (record: UploadJournal.Record, status: String)] = [:]
+            // One entry per file: a file rewritten while its last version uploads has two records.
+            // The newest says what the file will be; the oldest where it stands (the queue sends a
+            // path's records oldest first: a failed one holds the newer back).
+            var byPath: [[UInt8]: (newest: UploadJournal.Record, oldest: UploadJournal.Record, status: String)] = [:]
             var order: [[UInt8]] = []
             for (r, status) in owed where r.location.isWithin(within) {
                 let key = Array(mountPath(of: r.location).utf8)
-                if let known = newest[key] {
-                    let uploading = known.status == "uploading" || status == "uploading"
-                    let latest = r.id > known.record.id ? (r, status) : known
-                    newest[key] = (latest.0, uploading ? "uploading" : latest.1)
+                if let known = byPath[key] {
+                    let newest = r.id > known.newest.id ? r : known.newest
+                    let oldest = r.id < known.oldest.id ? (r, status) : (known.oldest, known.status)
+                    byPath[key] = (newest, oldest.0, oldest.1)
                 } else {
-                    newest[key] = (r, status)
+                    byPath[key] = (r, r, status)
                     order.append(key)
                 }
             }
-            let mine = order.map { newest[$0]! }
+            let mine = order.map { (record: byPath[$0]!.newest, status: byPath[$0]!.status) }
             // Locations are compared by their bytes (two spellings of a name are two files).
             let owedPaths = Set(mine.map { Array(mountPath(of: $0.record.location).utf8) })
             var searchFilter = filter

@@ -51,6 +51,15 @@ extension StowFileSystem {
         var items: [Item]
     }
 
+    /// The mount is up: what the last clean unmount kept (the tree and the block cache's index)
+    /// is this mount's now, and goes — online or not, what this mount changes would make it wrong,
+    /// and only its clean end writes them again (a crash leaves none). A start that fails before
+    /// this keeps them for the next.
+    public func claimKept() {
+        Glibc.unlink(Self.snapshotPath(configuration.cacheDirectory))
+        blocks.claimIndex()
+    }
+
     public static func snapshotPath(_ cacheDirectory: String) -> String { cacheDirectory + "/tree.json" }
 
     var scopeName: String? {

@@ -192,9 +192,6 @@ public final class StowFileSystem: Sendable {
         let rootRemote: UInt64?
         // Offline: the tree the last clean unmount kept stands in for the server's.
         let snapshot = configuration.startOffline ? Self.readSnapshot(configuration) : nil
-        // Kept for one start only, online or not: what this mount changes would make it wrong,
-        // and only this mount's clean end writes it again (a crash leaves none).
-        Glibc.unlink(Self.snapshotPath(configuration.cacheDirectory))
         if configuration.startOffline && snapshot == nil {
             throw StorageError(.unavailable, "the server is unreachable, and this cache folder keeps no listing from a clean unmount to mount from")
         }
