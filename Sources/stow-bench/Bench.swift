@@ -1,5 +1,8 @@
 import Foundation
 
+/// A line of progress, on stderr (the results go to stdout).
+func benchNote(_ s: String) { FileHandle.standardError.write(Data((s + "\n").utf8)) }
+
 /// Helpers shared by the benchmarks: timing, files, the machine's description, a stowd child.
 enum Bench {
     static func time(_ body: () throws -> Void) throws -> Double {

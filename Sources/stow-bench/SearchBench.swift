@@ -3,6 +3,7 @@ import Foundation
 import NIOCore
 import StorageClient
 import StorageProtocol
+import Synchronization
 
 /// `stow-bench search`: a namespace of many files in many folders (tags, content types, metadata,
 /// visibility), then search requests of each kind, timed one at a time: p50 and p99 against the
@@ -197,16 +198,12 @@ struct SearchBench: AsyncParsableCommand {
 }
 
 /// A shared counter for the writers.
-final class Counter: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value = 0
+final class Counter: Sendable {
+    private let value = Mutex(0)
     func take(_ n: Int) -> Int {
-        lock.lock()
-        defer { lock.unlock() }
-        let v = value
-        value += n
-        return v
+        value.withLock { v in
+            defer { v += n }
+            return v
+        }
     }
 }
-
-func benchNote(_ s: String) { FileHandle.standardError.write(Data((s + "\n").utf8)) }

@@ -50,12 +50,12 @@ struct ServerBench: AsyncParsableCommand {
         guard FileManager.default.isExecutableFile(atPath: binary) else { throw ValidationError("no stowd at \(binary); build it or pass --stowd") }
 
         let source = scratch + "/source.bin"
-        note("writing a \(ByteSize.format(bytes)) random source file …")
+        benchNote("writing a \(ByteSize.format(bytes)) random source file …")
         try Bench.writeRandomFile(source, size: bytes)
 
         var results = BenchResults(machine: Bench.machine(), size: bytes, runs: runs, smallFiles: smallFiles, concurrency: concurrency)
         for run in 1...runs {
-            note("run \(run)/\(runs): plain copy …")
+            benchNote("run \(run)/\(runs): plain copy …")
             results.copy.append(try Bench.time { try Bench.copyFile(source, scratch + "/copy.bin", fsync: true) })
             try? FileManager.default.removeItem(atPath: scratch + "/copy.bin")
         }
@@ -72,12 +72,12 @@ struct ServerBench: AsyncParsableCommand {
         do {
             _ = try await client.createNamespace(ns)
             for run in 1...runs {
-                note("run \(run)/\(runs): PUT through stowd …")
+                benchNote("run \(run)/\(runs): PUT through stowd …")
                 let p = try StoragePath("big-\(run).bin")
                 results.put.append(try await Bench.timeAsync {
                     _ = try await client.upload(.file(path: source), size: bytes, to: ns, p, options: UploadOptions(chunkSize: bytes))
                 })
-                note("run \(run)/\(runs): GET through stowd …")
+                benchNote("run \(run)/\(runs): GET through stowd …")
                 let url = try await client.signedURLs(ns, [p], expiry: 3600)[0].signedUrl
                 let target = scratch + "/download.bin"
                 results.get.append(try await Bench.timeAsync {
@@ -89,14 +89,14 @@ struct ServerBench: AsyncParsableCommand {
             }
             let small = [UInt8](repeating: 0x61, count: 4096)
             for run in 1...runs {
-                note("run \(run)/\(runs): \(smallFiles) small files, locally …")
+                benchNote("run \(run)/\(runs): \(smallFiles) small files, locally …")
                 let local = scratch + "/small-\(run)"
                 try FileManager.default.createDirectory(atPath: local, withIntermediateDirectories: true)
                 results.smallLocal.append(try Bench.time {
                     for i in 0..<smallFiles { try Bench.writeFile(local + "/f\(i)", small) }
                 })
                 try? FileManager.default.removeItem(atPath: local)
-                note("run \(run)/\(runs): \(smallFiles) small files through stowd (\(concurrency) in flight) …")
+                benchNote("run \(run)/\(runs): \(smallFiles) small files through stowd (\(concurrency) in flight) …")
                 results.smallStowd.append(try await Bench.timeAsync {
                     try await withThrowingTaskGroup(of: Void.self) { group in
                         var next = 0
@@ -120,6 +120,4 @@ struct ServerBench: AsyncParsableCommand {
         print(results.table)
         if let json { try results.jsonData.write(to: URL(fileURLWithPath: json)) }
     }
-
-    func note(_ s: String) { FileHandle.standardError.write(Data((s + "\n").utf8)) }
 }

@@ -123,9 +123,8 @@ struct Find: AsyncParsableCommand {
         var inside = ""
         if let path {
             if path.hasPrefix("/") {
-                let standard = URL(fileURLWithPath: path).standardizedFileURL.path
-                guard standard == root || standard.hasPrefix(root == "/" ? "/" : root + "/") else { fail("\(path) is not inside \(root)") }
-                inside = String(standard.dropFirst(root.count)).split(separator: "/").joined(separator: "/")
+                guard let (_, within) = MountPaths.resolve(path, mountpoints: [root]) else { fail("\(path) is not inside \(root)") }
+                inside = within
             } else {
                 inside = path.split(separator: "/").filter { $0 != "." }.joined(separator: "/")
             }

@@ -112,7 +112,7 @@ public final class BlockCache: Sendable {
             let entries = s.files.map { etag, f in
                 Index.Entry(
                     etag: etag, blocks: f.present.sorted(),
-                    bytes: f.present.reduce(0) { sum, i in sum + min(Int64(blockSize), max(0, f.file.size - i * Int64(blockSize))) })
+                    bytes: f.present.reduce(0) { sum, i in sum + blockLength(i, fileSize: f.file.size) })
             }
             return (s.files.values.map(\.file), Index(blockSize: blockSize, files: entries))
         }
@@ -248,7 +248,7 @@ public final class BlockCache: Sendable {
                     continue
                 }
                 f.file.punchHole(offset: key.index * Int64(blockSize), length: Int64(blockSize))
-                s.bytes -= blockLength(f.file, key.index)
+                s.bytes -= blockLength(key.index, fileSize: f.file.size)
                 s.lastUse[key] = nil
                 if f.present.isEmpty {
                     unlink(f.file.path)
@@ -261,8 +261,8 @@ public final class BlockCache: Sendable {
     }
 
     /// The bytes block `index` holds: a whole block but the last one, which ends where the file does.
-    func blockLength(_ file: CacheFile, _ index: Int64) -> Int64 {
-        min(Int64(blockSize), max(0, file.size - index * Int64(blockSize)))
+    func blockLength(_ index: Int64, fileSize: Int64) -> Int64 {
+        min(Int64(blockSize), max(0, fileSize - index * Int64(blockSize)))
     }
 
     /// Forgets a content version (its file changed or was deleted).
@@ -272,7 +272,7 @@ public final class BlockCache: Sendable {
             let size = f.file.size
             for i in f.present {
                 s.lastUse[Key(etag: etag, index: i)] = nil
-                s.bytes -= min(Int64(blockSize), max(0, size - i * Int64(blockSize)))
+                s.bytes -= blockLength(i, fileSize: size)
             }
             unlink(f.file.path)
         }

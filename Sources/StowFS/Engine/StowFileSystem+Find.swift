@@ -74,26 +74,13 @@ extension StowFileSystem {
                 } while cursor != nil
             }
             var batch: [String] = []
-            for (r, status) in mine {
+            for (owed, status) in mine {
                 guard any || statuses.contains(FindStatus(rawValue: status) ?? .pending) else { continue }
-                var tags = r.tags ?? []
-                var metadata = r.params.metadata ?? [:]
-                var contentType = r.contentType
-                var isPublic = r.params.isPublic ?? false
-                var mtime = r.params.mtimeNs ?? Timestamp.nowNanoseconds()
-                if let p = r.patch {
-                    if let t = p.tags { tags = t }
-                    if let m = p.metadata { metadata = m }
-                    for (k, v) in p.metadataSet ?? [:] { metadata[k] = v }
-                    for k in p.metadataRemove ?? [] { metadata[k] = nil }
-                    if let c = p.contentType { contentType = c }
-                    if let v = p.isPublic { isPublic = v }
-                    if let m = p.mtimeNs { mtime = m }
-                }
+                let r = owed.withPatchApplied
                 guard
                     searchFilter.matches(
-                        path: r.location.path, kind: .file, size: r.size, mtimeNs: mtime, contentType: contentType, tags: tags, metadata: metadata,
-                        isPublic: isPublic)
+                        path: r.location.path, kind: .file, size: r.size, mtimeNs: r.params.mtimeNs ?? Timestamp.nowNanoseconds(),
+                        contentType: r.contentType, tags: r.tags ?? [], metadata: r.params.metadata ?? [:], isPublic: r.params.isPublic ?? false)
                 else { continue }
                 batch.append(mountPath(of: r.location))
             }

@@ -62,7 +62,8 @@ extension StowFileSystem {
 
     public static func snapshotPath(_ cacheDirectory: String) -> String { cacheDirectory + "/tree.json" }
 
-    var scopeName: String? {
+    /// The namespace a snapshot is of (nil: a mount of all of them).
+    static func scopeName(_ configuration: MountConfiguration) -> String? {
         switch configuration.scope {
         case .namespace(let ns): ns.name
         case .all: nil
@@ -108,7 +109,7 @@ extension StowFileSystem {
                 }
             }
             return TreeSnapshot(
-                namespace: scopeName, rootRemote: s.inodes[.root]?.remote?.ino, rootComplete: rootComplete, savedNs: Timestamp.nowNanoseconds(),
+                namespace: Self.scopeName(configuration), rootRemote: s.inodes[.root]?.remote?.ino, rootComplete: rootComplete, savedNs: Timestamp.nowNanoseconds(),
                 items: items)
         }
         try CacheFile.replace(Self.snapshotPath(configuration.cacheDirectory), with: (try? JSONEncoder().encode(snapshot)) ?? Data())
@@ -120,12 +121,7 @@ extension StowFileSystem {
         guard let data = FileManager.default.contents(atPath: snapshotPath(configuration.cacheDirectory)),
             let snapshot = try? JSONDecoder().decode(TreeSnapshot.self, from: data), snapshot.version == TreeSnapshot.currentVersion
         else { return nil }
-        let name: String? =
-            switch configuration.scope {
-            case .namespace(let ns): ns.name
-            case .all: nil
-            }
-        return snapshot.namespace == name ? snapshot : nil
+        return snapshot.namespace == scopeName(configuration) ? snapshot : nil
     }
 
     /// Puts a kept tree into the state of a mount starting offline. Everything is stale (the server

@@ -606,21 +606,7 @@ public actor UploadQueue {
     /// Fixes a record's start: changes made before it go with it (not written to the journal:
     /// after a crash the same merge is made again from the journal's copy). Marks it starting.
     private func prepareStart(_ id: Int64) -> (UploadJournal.Record, StartUploadRequest)? {
-        guard var r = records[id] else { return nil }
-        if let p = r.patch {
-            if let v = p.mode { r.params.mode = v }
-            if let v = p.uid { r.params.uid = v }
-            if let v = p.gid { r.params.gid = v }
-            if let v = p.mtimeNs { r.params.mtimeNs = v }
-            if let v = p.atimeNs { r.params.atimeNs = v }
-            if let v = p.isPublic { r.params.isPublic = v }
-            if let v = p.contentType { r.contentType = v }
-            if let v = p.tags { r.tags = v }
-            if let v = p.metadata { r.params.metadata = v }
-            if let set = p.metadataSet { r.params.metadata = (r.params.metadata ?? [:]).merging(set) { $1 } }
-            for k in p.metadataRemove ?? [] { r.params.metadata?[k] = nil }
-            r.patch = nil
-        }
+        guard let r = records[id]?.withPatchApplied else { return nil }
         records[id] = r
         starting.insert(id)
         var params = r.params
@@ -935,5 +921,26 @@ final class Wakeup: Sendable {
             if now { c.resume() }
         }
         timer.cancel()
+    }
+}
+
+extension UploadJournal.Record {
+    /// The record with the changes made after it began (`patch`) folded in: what its upload stores.
+    var withPatchApplied: UploadJournal.Record {
+        guard let p = patch else { return self }
+        var r = self
+        if let v = p.mode { r.params.mode = v }
+        if let v = p.uid { r.params.uid = v }
+        if let v = p.gid { r.params.gid = v }
+        if let v = p.mtimeNs { r.params.mtimeNs = v }
+        if let v = p.atimeNs { r.params.atimeNs = v }
+        if let v = p.isPublic { r.params.isPublic = v }
+        if let v = p.contentType { r.contentType = v }
+        if let v = p.tags { r.tags = v }
+        if let v = p.metadata { r.params.metadata = v }
+        if let set = p.metadataSet { r.params.metadata = (r.params.metadata ?? [:]).merging(set) { $1 } }
+        for k in p.metadataRemove ?? [] { r.params.metadata?[k] = nil }
+        r.patch = nil
+        return r
     }
 }
