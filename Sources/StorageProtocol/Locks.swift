@@ -71,8 +71,15 @@ public struct LockRequest: Codable, Sendable, Equatable {
     /// How long to wait for a lock held by another owner (F_SETLKW, `flock` without LOCK_NB), in
     /// milliseconds, at most 30,000; 0 or absent: answer at once.
     public var waitMs: Int?
+    /// The asker's change-feed cursor (`ChangesResponse.cursor`), if it follows the feed: a grant
+    /// then carries the changes after it, up to the grant (`LockResponse.changes`), which saves a
+    /// read of the feed before the lock can be used.
+    public var since: String?
 
-    public init(session: String, ino: UInt64, owner: UInt64, kind: LockKind, type: LockType, start: UInt64, end: UInt64, pid: Int32, waitMs: Int? = nil) {
+    public init(
+        session: String, ino: UInt64, owner: UInt64, kind: LockKind, type: LockType, start: UInt64, end: UInt64, pid: Int32, waitMs: Int? = nil,
+        since: String? = nil
+    ) {
         self.session = session
         self.ino = ino
         self.owner = owner
@@ -82,10 +89,11 @@ public struct LockRequest: Codable, Sendable, Equatable {
         self.end = end
         self.pid = pid
         self.waitMs = waitMs
+        self.since = since
     }
 
     enum CodingKeys: String, CodingKey {
-        case session, ino, owner, kind, type, start, end, pid
+        case session, ino, owner, kind, type, start, end, pid, since
         case waitMs = "wait_ms"
     }
 
@@ -102,11 +110,24 @@ public struct LockResponse: Codable, Sendable, Equatable {
     /// before the grant is at or before it. A mount that reads its feed up to this point has
     /// dropped whatever the previous holder changed (the lock is also a data barrier).
     public var fence: String?
+    /// For a grant asked with `since`: the changes after it, read after the grant, and the cursor
+    /// they end at (at most 1,000: a `cursor` short of the `fence` means more are to be read from
+    /// the feed). Absent when the `since` was too old (the feed's `reset`).
+    public var changes: [ChangeRecord]?
+    public var cursor: String?
+    /// For a granted `flock` or `posix` lock: the locked file's etag as the grant found it, so
+    /// that a mount holding a copy of the file can tell without asking whether the copy is current.
+    public var etag: String?
 
-    public init(granted: Bool, conflict: HeldLock? = nil, fence: String? = nil) {
+    public init(
+        granted: Bool, conflict: HeldLock? = nil, fence: String? = nil, changes: [ChangeRecord]? = nil, cursor: String? = nil, etag: String? = nil
+    ) {
         self.granted = granted
         self.conflict = conflict
         self.fence = fence
+        self.changes = changes
+        self.cursor = cursor
+        self.etag = etag
     }
 }
 

@@ -127,6 +127,55 @@ struct LockTests {
         }
     }
 
+    @Test("a grant asked with `since` carries the changes after it, up to the fence; a stale `since` gets none (the feed would say reset)")
+    func grantCarriesChanges() async throws {
+        try await withServer { s in
+            let start = try await s.admin.changes(testNamespace, since: nil, wait: .zero).cursor
+            _ = try await s.admin.makeFolder(testNamespace, path("one"), FolderRequest())
+            _ = try await s.admin.makeFolder(testNamespace, path("two"), FolderRequest())
+            var request = Self.request(Self.sessionA, .write)
+            request.since = start
+            let grant = try await s.admin.lock(testNamespace, request)
+            #expect(grant.granted)
+            let fence = try #require(grant.fence.flatMap(ChangeCursor.init))
+            var cursor = try #require(grant.cursor.flatMap(ChangeCursor.init))
+            var seen = try #require(grant.changes)
+            if !TestBackend.isPostgres {
+                // One writer: what was carried reaches the fence. (On PostgreSQL a transaction of
+                // another test still running holds the head back: the rest is read below.)
+                #expect(cursor >= fence)
+            }
+            let deadline = ContinuousClock.now + .seconds(10)
+            while cursor < fence, ContinuousClock.now < deadline {
+                let page = try await s.admin.changes(testNamespace, since: cursor.text, wait: .zero)
+                seen += page.changes
+                cursor = try #require(ChangeCursor(page.cursor))
+            }
+            let names = seen.compactMap(\.name)
+            #expect(names.contains("one") && names.contains("two") && names.firstIndex(of: "one")! < names.firstIndex(of: "two")!, "\(names)")
+            // The same owner again, from the cursor it was given: nothing new.
+            request.since = cursor.text
+            let again = try await s.admin.lock(testNamespace, request)
+            #expect(again.changes?.contains { $0.name == "one" || $0.name == "two" } == false)
+            // A cursor from past the feed's end is no cursor of this server: no changes, only the fence.
+            request.since = ChangeCursor(major: Int64.max / 2, minor: 0).text
+            let stale = try await s.admin.lock(testNamespace, request)
+            #expect(stale.granted && stale.changes == nil && stale.cursor == nil && stale.fence != nil)
+            // An unlock carries nothing.
+            request.type = .unlock
+            let released = try await s.admin.lock(testNamespace, request)
+            #expect(released.granted && released.fence == nil && released.changes == nil)
+            #expect(grant.etag == nil, "no file has that inode number")
+            // A file's lock carries its etag as the grant found it (a mount's copy is checked by it).
+            let file = try await s.admin.put(Array("v1".utf8), "locked")
+            let fileLock = try await s.admin.lock(testNamespace, Self.request(Self.sessionA, ino: file.inode, owner: 2, .write))
+            #expect(fileLock.granted && fileLock.etag == file.etag)
+            let folder = try await s.admin.makeFolder(testNamespace, path("a-folder"), FolderRequest())
+            let folderLock = try await s.admin.lock(testNamespace, Self.request(Self.sessionA, ino: folder.inode, owner: 2, .write))
+            #expect(folderLock.granted && folderLock.etag == nil)
+        }
+    }
+
     @Test("bad lock requests are refused with 400; a reader token may lock; an unknown namespace is 404")
     func refusals() async throws {
         try await withServer { s in

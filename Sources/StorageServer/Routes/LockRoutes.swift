@@ -12,7 +12,8 @@ import StorageProtocol
 ///   held by another owner answers `granted: false` with it, after waiting up to `wait_ms` for it
 ///   to go: a release on this server wakes the wait at once, one on another server too when the
 ///   store tells of it (`MetadataStore.followOtherServers`), else within `lockPollInterval`. A
-///   grant carries the change feed's `fence`.
+///   grant carries the change feed's `fence`, with `since` the changes up to it, and the locked
+///   file's `etag`.
 /// - `POST …/namespaces/{ns}/locks/test`: whether the lock could be taken (F_GETLK), without
 ///   taking it: `conflict` is the lock in the way.
 ///
@@ -70,10 +71,17 @@ extension StowService {
             if outcome.granted {
                 guard !test else { return json(LockResponse(granted: true)) }
                 lockSignal.bump()
+                guard r.type != .unlock else { return json(LockResponse(granted: true)) }
                 // Read after the grant, which came after the previous holder let go, which came
                 // after its last change committed: that change is at or before the fence.
-                let fence = r.type == .unlock ? nil : try await store.changeFence(ns)
-                return json(LockResponse(granted: true, conflict: nil, fence: fence?.text))
+                let since = r.since.flatMap(ChangeCursor.init)
+                let batch = try await store.changes(ns, after: since, limit: Self.lockChangesLimit)
+                var etag: String?
+                if r.kind != .names, let node = try await store.node(inode: r.ino), node.namespace == ns, node.inode.kind == .file {
+                    etag = node.inode.etag
+                }
+                guard since != nil, !batch.reset else { return json(LockResponse(granted: true, fence: batch.fence.text, etag: etag)) }
+                return json(LockResponse(granted: true, fence: batch.fence.text, changes: batch.changes, cursor: batch.cursor.text, etag: etag))
             }
             let now = ContinuousClock.now
             if test || now >= deadline || lockSignal.isClosed || Task.isCancelled {
@@ -82,6 +90,9 @@ extension StowService {
             await lockSignal.wait(after: generation, timeout: min(config.lockPollInterval, deadline - now))
         }
     }
+
+    /// The most changes a grant carries (`LockResponse.changes`).
+    static let lockChangesLimit = 1000
 
     /// Before an exclusive create (`if_none_match: "*"`) in a folder whose exclusive creates another
     /// mount holds (its `names` lease: it decides them itself, without asking): the lease is

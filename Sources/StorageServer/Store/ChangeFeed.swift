@@ -25,11 +25,15 @@ public struct ChangeBatch: Sendable, Equatable {
     /// The cursor asked from is older than the oldest change kept, or is not one of this store's:
     /// changes may have been missed. `cursor` is then the head, and `changes` is empty.
     public var reset: Bool
+    /// A position every change committed before this read began is at or before (see
+    /// `ChangeFeed.changeFence`): read with the changes, so one read serves a lock's grant.
+    public var fence: ChangeCursor
 
-    public init(changes: [ChangeRecord], cursor: ChangeCursor, reset: Bool) {
+    public init(changes: [ChangeRecord], cursor: ChangeCursor, reset: Bool, fence: ChangeCursor) {
         self.changes = changes
         self.cursor = cursor
         self.reset = reset
+        self.fence = fence
     }
 }
 
@@ -41,8 +45,9 @@ public protocol ChangeFeed: Sendable {
     /// feed's head.
     func changes(_ ns: Namespace, after cursor: ChangeCursor?, limit: Int) async throws -> ChangeBatch
     /// A position every change committed so far is at or before: a reader whose cursor reached it
-    /// has read all of them. (SQLite: the head. PostgreSQL: the next transaction id, which the head
-    /// passes once every transaction that began before has ended.)
+    /// has read all of them. (SQLite: the head, where one writer commits in order. PostgreSQL: the
+    /// next transaction id, which the head passes once every transaction that began before has
+    /// ended.) Each batch of `changes` carries one too.
     func changeFence(_ ns: Namespace) async throws -> ChangeCursor
     /// Records a `recall` of folder `ino`'s `names` lease (with the request's origin), in commit order.
     func recordRecall(_ ns: Namespace, folder ino: UInt64) async throws
@@ -54,9 +59,8 @@ public protocol ChangeFeed: Sendable {
 }
 
 extension ChangeFeed {
-    /// The head: where one writer commits in order, every committed change is at or before it.
     public func changeFence(_ ns: Namespace) async throws -> ChangeCursor {
-        try await changes(ns, after: nil, limit: 1).cursor
+        try await changes(ns, after: nil, limit: 1).fence
     }
 }
 

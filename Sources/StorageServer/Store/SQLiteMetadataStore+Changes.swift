@@ -60,10 +60,10 @@ extension SQLiteMetadataStore {
         try await pool.read { db in
             let head = try Int64.fetchOne(try db.cachedStatement(sql: "SELECT seq FROM sqlite_sequence WHERE name = 'changes'")) ?? 0
             let headCursor = ChangeCursor(major: head, minor: 0)
-            guard let cursor else { return ChangeBatch(changes: [], cursor: headCursor, reset: false) }
+            guard let cursor else { return ChangeBatch(changes: [], cursor: headCursor, reset: false, fence: headCursor) }
             let trimmed = try Int64.fetchOne(try db.cachedStatement(sql: "SELECT upto FROM change_trim WHERE id = 1")) ?? 0
             if cursor.major < trimmed || cursor.major > head || cursor.minor != 0 {
-                return ChangeBatch(changes: [], cursor: headCursor, reset: true)
+                return ChangeBatch(changes: [], cursor: headCursor, reset: true, fence: headCursor)
             }
             let rows = try Row.fetchAll(
                 try db.cachedStatement(
@@ -76,7 +76,7 @@ extension SQLiteMetadataStore {
                     removed: row["removed"], origin: row["origin"])
             }
             let next = rows.count >= max(1, limit) ? ChangeCursor(major: rows.last!["seq"], minor: 0) : headCursor
-            return ChangeBatch(changes: changes, cursor: next, reset: false)
+            return ChangeBatch(changes: changes, cursor: next, reset: false, fence: headCursor)
         }
     }
 

@@ -146,13 +146,26 @@ extension StowFileSystem {
         }
     }
 
+    /// The feed's cursor while it is followed (and answering), else nil.
+    func feedCursor() -> String? {
+        guard case .namespace = configuration.scope else { return nil }
+        return feed.value.withLock { v in v.status.connected ? v.status.cursor : nil }
+    }
+
     /// After a lock was granted: reads the feed up to the grant's `fence` and drops what it names,
     /// and returns once the kernel has forgotten it too — so that the new holder reads what the
-    /// previous one wrote. Without a followed feed or a fence, or when the feed does not get there
-    /// within 2 s, forgets everything cached instead.
-    func catchUp(_ ns: Namespace, to fence: String?) async {
-        let start = feed.value.withLock { v in v.status.connected ? v.status.cursor : nil }
-        if case .namespace = configuration.scope, let fence, let target = ChangeCursor(fence), var cursor = start {
+    /// previous one wrote. The grant itself carries the changes after `since` (the cursor the
+    /// request was sent with) when the server could read them: most grants need no read of the
+    /// feed. Without a followed feed or a fence, or when the feed does not get there within 2 s,
+    /// forgets everything cached instead.
+    func catchUp(_ ns: Namespace, to fence: String?, from since: String?, carried grant: LockResponse? = nil) async {
+        if case .namespace = configuration.scope, let fence, let target = ChangeCursor(fence), var cursor = since ?? feedCursor() {
+            if let grant, since != nil, let changes = grant.changes, let next = grant.cursor, ChangeCursor(next) != nil {
+                let (list, open) = apply(changes, counted: false)
+                notifyKernel(list)
+                for ino in open { await followOpen(ino) }
+                cursor = next
+            }
             let deadline = ContinuousClock.now + .seconds(2)
             while ContinuousClock.now < deadline {
                 if let c = ChangeCursor(cursor), c >= target {

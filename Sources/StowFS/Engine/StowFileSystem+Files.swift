@@ -327,8 +327,9 @@ extension StowFileSystem {
     /// After a lock was taken: a local copy of the locked file that holds nothing of its own (made
     /// by an open for writing before the lock, nothing written yet) may be older than the server's
     /// file — the previous holder's last write. It is brought up to date, so the holder reads and
-    /// changes the version the lock protects.
-    func refreshCleanCopy(_ ino: InodeNumber) async throws(FSError) {
+    /// changes the version the lock protects. `current`: the file's etag as the grant found it
+    /// (`LockResponse.etag`); a copy of that version needs no question to the server.
+    func refreshCleanCopy(_ ino: InodeNumber, current: String? = nil) async throws(FSError) {
         try await lockedInode(ino) { () async throws(FSError) in
             for attempt in 0..<3 {
                 let target = try state.withLock { (s: inout State) throws(FSError) -> (Location, RemoteInfo)? in
@@ -339,6 +340,7 @@ extension StowFileSystem {
                     return (try self.location(s, ino), remote)
                 }
                 guard let (location, remote) = target, let ns = location.namespace else { return }
+                if attempt == 0, let current, current == remote.etag { return }
                 let record = try await self.remote { try await store.record(ns, location.path) }
                 // The same file, in the version this copy is of: nothing to do. Another file under
                 // the name (replaced by a rename): the descriptor keeps the file it opened.

@@ -86,6 +86,8 @@ extension StowFileSystem {
         var answer: LockResponse
         do {
             repeat {
+                // Where the feed stands as this request goes: the grant carries what came after.
+                request.since = feedCursor()
                 answer = try await store.lock(ns, request)
             } while wait && !answer.granted && !Task.isCancelled
         } catch {
@@ -106,11 +108,11 @@ extension StowFileSystem {
         }
         guard answer.granted else { throw Task.isCancelled ? FSError.interrupted : FSError.wouldBlock }
         locks.value.withLock { _ = $0.held.insert(key) }
-        await catchUp(ns, to: answer.fence)
+        await catchUp(ns, to: answer.fence, from: request.since, carried: answer)
         // The file locked is often open already (a lock needs a descriptor): a copy made by that
         // open may predate the previous holder's last write.
         do throws(FSError) {
-            try await refreshCleanCopy(ino)
+            try await refreshCleanCopy(ino, current: answer.etag)
         } catch {
             logger.warning("lock taken, but the locked file could not be brought up to date: \(error)")
         }
