@@ -24,7 +24,7 @@ DEB_BIN ?= .build/release
 BUILD_DIR ?= .build/release
 MNT ?= $(CURDIR)/mnt
 
-.PHONY: all deps build release test test-scaleout test-deb deb run stop run-cluster stop-cluster cluster-smoke install install-files bench bench-smoke bench-server bench-coherence bench-coherence-smoke clean
+.PHONY: all deps build release test test-scaleout test-deb deb run stop run-cluster stop-cluster cluster-smoke install install-files bench bench-smoke bench-scale bench-scale-smoke bench-server bench-coherence bench-coherence-smoke clean
 
 all: build
 
@@ -91,6 +91,18 @@ bench-coherence: release
 # A few changes of each kind with the debug build: keeps the coherence benchmark working (CI runs it).
 bench-coherence-smoke: build
 	python3 bench/coherence.py --smoke --bin .build/debug
+
+# How costs grow (issue 17): a folder of 1,000 / 10,000 / 100,000 files, one 10 GiB file, 4 writers
+# at once, beside the passthrough or local disk; BENCH_ARGS="--million" adds a namespace of
+# 1,000,000 files. Needs root, about 40 minutes. Writes bench/results/scale.md and .json.
+bench-scale: release
+	@scripts/install-deps.sh bench
+	python3 bench/scale.py $(BENCH_ARGS)
+
+# Tiny sizes with the debug build: keeps the scale benchmark working (CI runs it).
+bench-scale-smoke: build
+	@scripts/install-deps.sh bench
+	python3 bench/scale.py --smoke --bin .build/debug
 
 # PUT/GET of a 1 GiB file and small-file completes through stowd, against plain copies on the same disk.
 bench-server: release
