@@ -3,7 +3,17 @@
 #include <fcntl.h>
 #include <unistd.h>
 #include <malloc.h>
+#include <sys/stat.h>
 #include "CStowSystem.h"
+
+int CStowSystem_file_identity(const char *path, int fd, long long *size, unsigned long long *inode) {
+    struct stat st;
+    int r = path ? stat(path, &st) : fstat(fd, &st);
+    if (r != 0) return -1;
+    *size = (long long)st.st_size;
+    *inode = (unsigned long long)st.st_ino;
+    return 0;
+}
 
 int CStowSystem_punch_hole(int fd, off_t offset, off_t length) {
     return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length);

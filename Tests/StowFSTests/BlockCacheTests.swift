@@ -8,11 +8,17 @@ import Testing
 struct BlockCacheTests {
     static let blockSize = 4096
 
-    func withCache(_ body: (BlockCache) throws -> Void) throws {
+    /// The smallest cache there is by default: 16 blocks.
+    func withCache(capacity: Int64 = 0, _ body: (BlockCache) throws -> Void) throws {
         let dir = FileManager.default.temporaryDirectory.path + "/stow-blocks-\(UUID().uuidString.prefix(8))"
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        // The smallest cache there is: 16 blocks.
-        try body(try BlockCache(directory: dir, blockSize: Self.blockSize, capacity: 0))
+        try body(try BlockCache(directory: dir, blockSize: Self.blockSize, capacity: capacity))
+    }
+
+    /// This process's descriptors open on files under `directory` (other tests run beside).
+    static func descriptors(under directory: String) -> Int {
+        let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+        return fds.filter { ((try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + $0)) ?? "").hasPrefix(directory + "/") }.count
     }
 
     static func store(_ cache: BlockCache, etag: String, block: Int64) throws {
@@ -97,6 +103,39 @@ struct BlockCacheTests {
         // Without an index (a crash after this start), the next start keeps nothing.
         let third = try BlockCache(directory: dir, blockSize: Self.blockSize, capacity: 0)
         #expect(third.segment(etag: "kept", range: 0..<1) == nil)
+    }
+
+    @Test("thousands of cached files keep at most openLimit descriptors open, and every block stays readable (one per file once ran a mount out of descriptors: it hung at 20,000 files written)")
+    func boundedDescriptors() throws {
+        try withCache(capacity: 1 << 30) { cache in
+            let dir = cache.directory
+            let count = 1500
+            for i in 0..<count {
+                // Half adopted (a file just uploaded), half fetched.
+                if i % 2 == 0 {
+                    let f = try CacheFile(path: dir + "/../adopt-\(UUID().uuidString.prefix(6))", truncate: true)
+                    try f.write([UInt8](repeating: UInt8(truncatingIfNeeded: i), count: 100), at: 0)
+                    #expect(cache.adopt(etag: "f\(i)", file: f, size: 100))
+                } else {
+                    let file = try cache.file(etag: "f\(i)")
+                    try file.write([UInt8](repeating: UInt8(truncatingIfNeeded: i), count: 100), at: 0)
+                    cache.didStore(etag: "f\(i)", file: file, block: 0, length: 100)
+                }
+            }
+            let open = Self.descriptors(under: dir)
+            #expect(cache.openFiles <= BlockCache.openLimit && open <= BlockCache.openLimit && open < count / 10, "\(open) descriptors open in the cache")
+            for i in stride(from: 0, to: count, by: 7) {
+                let segment = try #require(cache.segment(etag: "f\(i)", range: 0..<100), "file \(i)")
+                #expect(segment.file.read(at: 0, length: 100) == [UInt8](repeating: UInt8(truncatingIfNeeded: i), count: 100), "file \(i)")
+            }
+            #expect(cache.statistics.bytes == Int64(count * 100))
+            // A fetch into a version dropped meanwhile (and made again) does not count for the new file.
+            let old = try cache.file(etag: "f1")
+            cache.drop(etag: "f1")
+            _ = try cache.file(etag: "f1")
+            cache.didStore(etag: "f1", file: old, block: 0, length: 100)
+            #expect(cache.missing(etag: "f1", blocks: 0..<1) == [0])
+        }
     }
 
     @Test("an adopted copy counts its own bytes: dropping it, or evicting its last short block, gives back exactly those")

@@ -23,6 +23,10 @@ int CStowSystem_fix_mmap_threshold(int bytes);
 /// on failure; the size where the filesystem does not report holes.
 long long CStowSystem_data_end(int fd);
 
+/// The size and inode number of the file at `path` (stat) or open as `fd` (fstat, when `path` is
+/// NULL). 0, or -1 with errno.
+int CStowSystem_file_identity(const char *path, int fd, long long *size, unsigned long long *inode);
+
 /// copy_file_range from `in_offset` of `fd_in` to `out_offset` of `fd_out`, leaving both
 /// descriptors' file offsets alone.
 ssize_t CStowSystem_copy_file_range(int fd_in, off_t in_offset, int fd_out, off_t out_offset, size_t length);

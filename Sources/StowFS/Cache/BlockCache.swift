@@ -11,6 +11,12 @@ import Glibc
 /// run of cached blocks is one contiguous range to read. Keying by ETag means a changed remote
 /// file never mixes with the old one. Eviction punches holes; a file with no block left is removed.
 ///
+/// The cache may hold many thousands of files (every small file written is adopted), so it keeps
+/// their paths, not their descriptors: at most `openLimit` are open, the least recently used
+/// closed first. (It once kept every one open: a folder of 20,000 files written through a mount
+/// used up the process's descriptors, and the mount hung.) A segment or a fetch holds its own
+/// `CacheFile`, which stays open while it is used.
+///
 /// A clean stop (`persist`) syncs every block file and then writes an index of the blocks each
 /// holds; the next start reads that index and removes it, so the cache outlives a remount (and
 /// serves an offline mount). Without an index — the first mount, or one after a crash, whose
@@ -22,8 +28,16 @@ public final class BlockCache: Sendable {
     }
 
     struct FileState {
-        var file: CacheFile
+        var path: String
+        /// The file's inode number: a fetch into a file since dropped (and perhaps made again under
+        /// the same path) is told apart by it.
+        var inode: UInt64
         var present: Set<Int64> = []
+    }
+
+    struct OpenFile {
+        var file: CacheFile
+        var use: UInt64
     }
 
     struct State {
@@ -32,6 +46,8 @@ public final class BlockCache: Sendable {
         /// Blocks a segment handed out still refers to, with how many: not evicted meanwhile.
         var pinned: [Key: Int] = [:]
         var tick: UInt64 = 0
+        /// The open descriptors, by etag: at most `openLimit`.
+        var open: [String: OpenFile] = [:]
         var bytes: Int64 = 0
         var hits: UInt64 = 0
         var misses: UInt64 = 0
@@ -42,6 +58,8 @@ public final class BlockCache: Sendable {
     public let directory: String
     public let blockSize: Int
     public let capacity: Int64
+    /// The most block files open at once.
+    public static let openLimit = 64
     private let state = Mutex(State())
 
     public init(directory: String, blockSize: Int, capacity: Int64) throws {
@@ -58,10 +76,8 @@ public final class BlockCache: Sendable {
         for entry in kept.files where !entry.blocks.isEmpty {
             // The file must still be there (not made anew) and hold its last block's start.
             let path = filePath(entry.etag)
-            guard access(path, F_OK) == 0, let file = try? CacheFile(path: path), let last = entry.blocks.max(),
-                file.size > last * Int64(blockSize)
-            else { continue }
-            s.files[entry.etag] = FileState(file: file, present: Set(entry.blocks))
+            guard let (size, inode) = Self.stat(path), let last = entry.blocks.max(), size > last * Int64(blockSize) else { continue }
+            s.files[entry.etag] = FileState(path: path, inode: inode, present: Set(entry.blocks))
             s.bytes += entry.bytes
             for i in entry.blocks {
                 s.tick += 1
@@ -69,7 +85,7 @@ public final class BlockCache: Sendable {
             }
         }
         // The index stays (until `claimIndex`); everything else the index does not name goes.
-        let known = Set(s.files.values.map { ($0.file.path as NSString).lastPathComponent } + [(Self.indexPath(directory) as NSString).lastPathComponent])
+        let known = Set(s.files.values.map { ($0.path as NSString).lastPathComponent } + [(Self.indexPath(directory) as NSString).lastPathComponent])
         for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where !known.contains(name) {
             unlink(directory + "/" + name)
         }
@@ -110,18 +126,17 @@ public final class BlockCache: Sendable {
             // Late fetches (a read-ahead still running) and evictions change nothing from now on.
             s.closed = true
             let entries = s.files.map { etag, f in
-                Index.Entry(
-                    etag: etag, blocks: f.present.sorted(),
-                    bytes: f.present.reduce(0) { sum, i in sum + blockLength(i, fileSize: f.file.size) })
+                let size = Self.stat(f.path)?.size ?? 0
+                return Index.Entry(etag: etag, blocks: f.present.sorted(), bytes: f.present.reduce(0) { sum, i in sum + blockLength(i, fileSize: size) })
             }
-            return (s.files.values.map(\.file), Index(blockSize: blockSize, files: entries))
+            return (s.files.values.map(\.path), Index(blockSize: blockSize, files: entries))
         }
         // One syncfs for the cache's filesystem rather than an fsync per file (a tar of 2,000
         // small files leaves 2,000 of them); each file's fsync where that fails.
         let dir = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         let synced = dir >= 0 && CStowSystem_syncfs(dir) == 0
         if dir >= 0 { close(dir) }
-        if !synced { for f in files { try f.sync() } }
+        if !synced { for path in files { try CacheFile(existing: path).sync() } }
         try CacheFile.replace(Self.indexPath(directory), with: (try? JSONEncoder().encode(index)) ?? Data())
     }
 
@@ -133,13 +148,13 @@ public final class BlockCache: Sendable {
         let target = filePath(etag)
         let adopted = state.withLock { s -> Bool in
             guard !s.closed, s.files[etag] == nil, rename(file.path, target) == 0 else { return false }
-            guard let moved = try? CacheFile(path: target) else {
+            guard let (_, inode) = Self.stat(target) else {
                 // Put back: the caller still owns the file at its old path.
                 _ = rename(target, file.path)
                 return false
             }
             let count = (size + Int64(blockSize) - 1) / Int64(blockSize)
-            var f = FileState(file: moved)
+            var f = FileState(path: target, inode: inode)
             for i in 0..<count {
                 f.present.insert(i)
                 s.tick += 1
@@ -153,6 +168,54 @@ public final class BlockCache: Sendable {
         if state.withLock({ $0.bytes > capacity }) { evictIfNeeded() }
         return true
     }
+
+    /// The size and inode number of the file at `path`, or nil if there is none.
+    static func stat(_ path: String) -> (size: Int64, inode: UInt64)? {
+        var size: CLongLong = 0
+        var inode: CUnsignedLongLong = 0
+        guard CStowSystem_file_identity(path, -1, &size, &inode) == 0 else { return nil }
+        return (Int64(size), UInt64(inode))
+    }
+
+    /// An open descriptor of `etag`'s file (which must be known), from the open set or opened now,
+    /// closing the least recently used one beyond `openLimit`. nil when it cannot be opened: the
+    /// file is gone (removed behind the cache's back), and so are its blocks.
+    private func handle(_ s: inout State, _ etag: String) -> CacheFile? {
+        s.tick += 1
+        if var o = s.open[etag] {
+            o.use = s.tick
+            s.open[etag] = o
+            return o.file
+        }
+        guard let f = s.files[etag] else { return nil }
+        guard let file = try? CacheFile(existing: f.path), file.inodeNumber == f.inode else {
+            forget(&s, etag)
+            return nil
+        }
+        remember(&s, etag, file)
+        return file
+    }
+
+    private func remember(_ s: inout State, _ etag: String, _ file: CacheFile) {
+        s.open[etag] = OpenFile(file: file, use: s.tick)
+        if s.open.count > Self.openLimit, let oldest = s.open.min(by: { $0.value.use < $1.value.use })?.key {
+            s.open[oldest] = nil
+        }
+    }
+
+    /// Drops `etag`'s blocks from the books (not from the disk).
+    private func forget(_ s: inout State, _ etag: String) {
+        guard let f = s.files.removeValue(forKey: etag) else { return }
+        s.open[etag] = nil
+        let size = Self.stat(f.path)?.size ?? 0
+        for i in f.present {
+            s.lastUse[Key(etag: etag, index: i)] = nil
+            s.bytes -= blockLength(i, fileSize: size)
+        }
+    }
+
+    /// Block files open now (for tests).
+    public var openFiles: Int { state.withLock { $0.open.count } }
 
     private func filePath(_ etag: String) -> String {
         directory + "/" + String(etag.map { $0.isLetter || $0.isNumber || $0 == "-" ? $0 : "_" })
@@ -177,13 +240,16 @@ public final class BlockCache: Sendable {
                 s.misses += 1
                 return nil
             }
-            s.tick += 1
+            guard let file = handle(&s, etag) else {
+                s.misses += 1
+                return nil
+            }
             for i in needed {
                 s.lastUse[Key(etag: etag, index: i)] = s.tick
                 s.pinned[Key(etag: etag, index: i), default: 0] += 1
             }
             s.hits += 1
-            return FileSegment(file: f.file, offset: range.lowerBound, length: Int(range.count), pin: BlockPin(cache: self, etag: etag, blocks: needed))
+            return FileSegment(file: file, offset: range.lowerBound, length: Int(range.count), pin: BlockPin(cache: self, etag: etag, blocks: needed))
         }
     }
 
@@ -214,10 +280,12 @@ public final class BlockCache: Sendable {
     /// `block × blockSize`, then calls `didStore` for each whole block.
     public func file(etag: String) throws(FSError) -> CacheFile {
         try state.withLock { (s: inout State) throws(FSError) -> CacheFile in
-            if let f = s.files[etag] { return f.file }
-            let f = try CacheFile(path: filePath(etag))
-            s.files[etag] = FileState(file: f)
-            return f
+            if s.files[etag] != nil, let file = handle(&s, etag) { return file }
+            let file = try CacheFile(path: filePath(etag))
+            s.files[etag] = FileState(path: file.path, inode: file.inodeNumber)
+            s.tick += 1
+            remember(&s, etag, file)
+            return file
         }
     }
 
@@ -225,7 +293,7 @@ public final class BlockCache: Sendable {
     /// written into `file`. Ignored when that version was dropped meanwhile.
     public func didStore(etag: String, file: CacheFile, block: Int64, length: Int) {
         let over = state.withLock { s -> Bool in
-            guard !s.closed, s.files[etag]?.file === file else { return false }
+            guard !s.closed, let f = s.files[etag], f.inode == file.inodeNumber else { return false }
             s.tick += 1
             if s.files[etag]!.present.insert(block).inserted { s.bytes += Int64(length) }
             s.lastUse[Key(etag: etag, index: block)] = s.tick
@@ -247,14 +315,16 @@ public final class BlockCache: Sendable {
                     s.lastUse[key] = nil
                     continue
                 }
-                f.file.punchHole(offset: key.index * Int64(blockSize), length: Int64(blockSize))
-                s.bytes -= blockLength(key.index, fileSize: f.file.size)
                 s.lastUse[key] = nil
+                let size = Self.stat(f.path)?.size ?? 0
+                s.bytes -= blockLength(key.index, fileSize: size)
                 if f.present.isEmpty {
-                    unlink(f.file.path)
+                    unlink(f.path)
                     s.files[key.etag] = nil
+                    s.open[key.etag] = nil
                 } else {
                     s.files[key.etag] = f
+                    handle(&s, key.etag)?.punchHole(offset: key.index * Int64(blockSize), length: Int64(blockSize))
                 }
             }
         }
@@ -268,13 +338,9 @@ public final class BlockCache: Sendable {
     /// Forgets a content version (its file changed or was deleted).
     public func drop(etag: String) {
         state.withLock { s in
-            guard !s.closed, let f = s.files.removeValue(forKey: etag) else { return }
-            let size = f.file.size
-            for i in f.present {
-                s.lastUse[Key(etag: etag, index: i)] = nil
-                s.bytes -= blockLength(i, fileSize: size)
-            }
-            unlink(f.file.path)
+            guard !s.closed, let path = s.files[etag]?.path else { return }
+            forget(&s, etag)
+            unlink(path)
         }
     }
 

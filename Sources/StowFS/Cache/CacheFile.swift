@@ -22,7 +22,23 @@ public final class CacheFile: Sendable {
         self.path = path
     }
 
+    /// Opens `path` for reading and writing if it exists (not made anew).
+    public init(existing path: String) throws(FSError) {
+        let fd = open(path, O_RDWR | O_CLOEXEC)
+        guard fd >= 0 else { throw FSError.io("cannot open \(path): \(String(cString: strerror(errno)))") }
+        descriptor = fd
+        self.path = path
+    }
+
     deinit { close(descriptor) }
+
+    /// The inode number of the open file (it stays the file's while the descriptor is open, even
+    /// if the path is removed).
+    public var inodeNumber: UInt64 {
+        var size: CLongLong = 0
+        var inode: CUnsignedLongLong = 0
+        return CStowSystem_file_identity(nil, descriptor, &size, &inode) == 0 ? UInt64(inode) : 0
+    }
 
     /// Puts `data` at `path` whole or not at all: written to a temporary file, synced, renamed over
     /// `path`, and the folder synced (a power cut leaves the old file or the new one, never a part).
