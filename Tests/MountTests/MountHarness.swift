@@ -47,6 +47,7 @@ final class MountedFS: @unchecked Sendable {
     ///   - extraArguments: more flags for stowd (`--tls-cert`, `--tls-key`).
     ///   - caFile: the CA file that `withClient` trusts.
     func startServer(extraArguments: [String] = [], caFile: String? = nil, environment: [String: String] = [:]) throws {
+        releasePort()
         var env = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         env["STOWD_TOKEN"] = Self.token
         self.caFile = caFile
@@ -70,6 +71,33 @@ final class MountedFS: @unchecked Sendable {
     func stopServer() {
         stowd?.stop()
         stowd = nil
+        holdPort()
+    }
+
+    /// A socket bound to the stopped server's port (not listening: connections are refused, as
+    /// with nothing there) until a server starts on it again. Without it, another test's stowd
+    /// (port 0) could be given the port, and a mount waiting for its own server would find that
+    /// one — another namespace "test", other files.
+    private var portHold: Int32 = -1
+
+    private func holdPort() {
+        releasePort()
+        guard port > 0 else { return }
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return }
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        addr.sin_port = in_port_t(UInt16(port).bigEndian)
+        let bound = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        if bound == 0 { portHold = fd } else { close(fd) }
+    }
+
+    private func releasePort() {
+        if portHold >= 0 { close(portHold) }
+        portHold = -1
     }
 
     /// Mounts (the namespace is created if missing) and waits until the mount is live.
@@ -137,6 +165,7 @@ final class MountedFS: @unchecked Sendable {
         }
         forceUnmount()
         stopServer()
+        releasePort()
         try? FileManager.default.removeItem(atPath: root)
     }
 

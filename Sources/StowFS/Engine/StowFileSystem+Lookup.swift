@@ -190,7 +190,11 @@ extension StowFileSystem {
         state.withLock { s in
             guard var e = s.inodes[ino] else { return }
             e.lookups = e.lookups > count ? e.lookups - count : 0
-            if e.lookups == 0 && e.openHandles == 0 && !e.hasLocalState {
+            // A mount started from the kept tree (offline) keeps what its folders' listings still
+            // name: with no server to make it again from, a kept name would answer EIO after the
+            // kernel forgot it (and a folder's record holds its own listing).
+            let keptOffline = configuration.startOffline && s.inodes[e.parent]?.directory?.children[e.name] == ino
+            if e.lookups == 0 && e.openHandles == 0 && !e.hasLocalState && !keptOffline {
                 // The kernel dropped the inode (memory pressure, drop_caches) — not the name: the folder's
                 // listing still names it, and the next lookup makes the inode again.
                 s.inodes[ino] = nil
