@@ -33,16 +33,21 @@ extension StowFileSystem {
         guard !configuration.readOnly else { throw FSError.readOnly }
         let file = try cacheFiles.take(orCreateAt: newCacheFilePath())
         return try state.withLock { (s: inout State) throws(FSError) -> (Entry, OpenedFile)? in
-            let p = try inode(s, parent)
-            guard p.kind == .directory else { throw FSError.notADirectory }
-            if exclusive {
-                guard let dir = p.directory, dir.madeHere, dir.complete else {
-                    cacheFiles.give(file)
-                    return nil
-                }
-                if let known = dir.children[FileName(name)], let k = s.inodes[known], !k.unlinked {
-                    cacheFiles.give(file)
-                    throw FSError.exists
+            // A copy of the folder's entry must not live past here: it shares the folder's
+            // `children`, and adding the new name below would then copy all of them (a create in a
+            // folder of 100,000 files copied 100,000 names).
+            do {
+                let p = try inode(s, parent)
+                guard p.kind == .directory else { throw FSError.notADirectory }
+                if exclusive {
+                    guard let dir = p.directory, dir.madeHere, dir.complete else {
+                        cacheFiles.give(file)
+                        return nil
+                    }
+                    if let known = dir.children[FileName(name)], let k = s.inodes[known], !k.unlinked {
+                        cacheFiles.give(file)
+                        throw FSError.exists
+                    }
                 }
             }
             let location = try child(try self.location(s, parent), name)
