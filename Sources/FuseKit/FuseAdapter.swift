@@ -345,7 +345,8 @@ final class FuseAdapter: Sendable {
 
     func readdir(_ req: FuseRequest, ino: InodeNumber, size: Int, offset: Int64, handle: UInt64, plus: Bool) {
         respond(req, { () async throws(FSError) -> [DirectoryEntry] in
-            try await self.engine.readdir(ino, handle: handle, offset: offset, plus: plus)
+            // No entry takes less than 24 bytes of the kernel's buffer (a name of up to 8 bytes).
+            try await self.engine.readdir(ino, handle: handle, offset: offset, plus: plus, limit: size / 24 + 1)
         }) { r, entries in
             self.replyDirectory(r, entries, size: size, plus: plus)
         }

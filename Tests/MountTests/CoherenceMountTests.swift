@@ -143,6 +143,32 @@ struct CoherenceMountTests {
         }
     }
 
+    @Test("with the feed followed, a listing stands past the TTL: ls and new names in a listed folder ask the server nothing; another client's file still shows")
+    func listingHeldByFeed() async throws {
+        try await withTwoMounts(extra: ["--attr-ttl", "1"]) { a, b in
+            try a.sh("mkdir \(a.mountpoint)/held && for f in 1 2 3; do echo $f > \(a.mountpoint)/held/f$f; done")
+            _ = try a.stowfs(["sync", a.mountpoint])
+            #expect(try await Self.eventually { (try? b.sh("ls \(b.mountpoint)/held | wc -l")) == "3" } != nil)
+            // B lists the folder once more, after the feed brought A's last changes (which expire
+            // a listing taken before they came). Then, from inside the folder (so that the folder's
+            // own name, whose attributes do expire, is not looked up again), past B's TTL: 30 new
+            // names and a listing, with the server's count of name requests read before and after.
+            try await Task.sleep(for: .seconds(1))
+            _ = try b.sh("ls \(b.mountpoint)/held")
+            let count = "curl -sf \(b.endpoint)/metrics | grep '^stowd_http_requests_total' | grep 'method=\"GET\"' | grep -E '/browse\"|/files/[*][*]\"' | awk '{s+=$NF} END {print s+0}'"
+            let counts = try b.sh("cd \(b.mountpoint)/held && sleep 2 && a=$(\(count)) && for i in $(seq 1 30); do : > new$i; done && ls > /dev/null && echo $a $(\(count))")
+            let pair = counts.split(separator: " ")
+            #expect(pair.count == 2 && pair[0] == pair[1], "a lookup or a listing asked the server (requests before and after: \(counts))")
+            #expect(try b.sh("ls \(b.mountpoint)/held | wc -l") == "33")
+            // Another client's new name still shows in B.
+            try a.sh("echo new > \(a.mountpoint)/held/fromA")
+            _ = try a.stowfs(["sync", a.mountpoint])
+            #expect(try await Self.eventually { (try? b.sh("ls \(b.mountpoint)/held")).map { $0.contains("fromA") } == true } != nil, "B's held listing hid A's new file")
+            try await Task.sleep(for: .seconds(2))
+            #expect(try b.sh("cat \(b.mountpoint)/held/fromA") == "new")
+        }
+    }
+
     @Test("a descriptor B holds open reads A's new content once the change is pushed, each read whole in one version")
     func heldDescriptor() async throws {
         try await withTwoMounts(extra: Self.ttl) { a, b in

@@ -35,6 +35,21 @@ struct EngineTreeTests {
             #expect(entries.count == 2502)
             #expect(entries.dropFirst(2).allSatisfy { $0.entry != nil })
             #expect(counting.calls(of: .list) - listsBefore == 3)
+            // Read as the kernel does, a bufferful at a time from the last offset: every name once,
+            // in order, no page longer than asked, and the listing read once.
+            let paged = try h.fs.opendir(ino)
+            var names: [String] = []
+            var offset: Int64 = 0
+            while true {
+                let page = try await h.fs.readdir(ino, handle: paged, offset: offset, plus: false, limit: 97)
+                #expect(page.count <= 97)
+                guard let last = page.last else { break }
+                names += page.map(\.name)
+                offset = last.offset
+            }
+            h.fs.releasedir(ino, handle: paged)
+            #expect(names == entries.map(\.name))
+            #expect(counting.calls(of: .list) - listsBefore <= 6)
             // The listing answers the lookups that follow (`ls -l`), with no more requests.
             let before = counting.calls(of: .record) + counting.calls(of: .list)
             for name in ["00000", "01234", "02499"] { _ = try await h.fs.lookup(parent: ino, name: name) }

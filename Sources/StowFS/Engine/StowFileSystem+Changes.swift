@@ -146,6 +146,16 @@ extension StowFileSystem {
         }
     }
 
+    /// Whether the feed is followed and answering: its last read answered within a long poll's
+    /// wait (and some slack) and none failed since. Then a complete listing stands until the feed
+    /// names its folder (`DirectoryState.stands`); otherwise the TTL bounds it, as without a feed.
+    /// Read outside the state lock.
+    func feedHolds() -> Bool {
+        guard case .namespace = configuration.scope else { return false }
+        let limit = configuration.changeWait + .seconds(5)
+        return feed.value.withLock { v in v.status.connected && v.lastAnswer.map { ContinuousClock.now - $0 < limit } == true }
+    }
+
     /// The feed's cursor while it is followed (and answering), else nil.
     func feedCursor() -> String? {
         guard case .namespace = configuration.scope else { return nil }
@@ -223,7 +233,7 @@ extension StowFileSystem {
                     guard let parent = c.parent, let p = s.byRemote[parent], let name = c.name, s.inodes[p]?.directory != nil else { continue }
                     if let child = s.inodes[p]?.directory?.children[name], let file = dropCleanCopy(&s, child) { released.append(file) }
                     if let child = s.inodes[p]?.directory?.children[name], let e = s.inodes[child], e.hasLocalState { continue }
-                    s.inodes[p]?.directory?.validUntil = .now
+                    s.inodes[p]?.directory?.expire()
                     s.inodes[p]?.directory?.expiredAt = .now
                     s.inodes[p]?.directory?.negative[name] = nil
                     s.inodes[p]?.directory?.madeHere = false
@@ -239,7 +249,7 @@ extension StowFileSystem {
                     s.inodes[i]?.validUntil = .now
                     if e.openHandles > 0, e.kind == .file, !c.removed, !opened.contains(i) { opened.append(i) }
                     if e.directory != nil {
-                        s.inodes[i]?.directory?.validUntil = .now
+                        s.inodes[i]?.directory?.expire()
                         s.inodes[i]?.directory?.expiredAt = .now
                     }
                     add(.inode(i))
@@ -315,7 +325,7 @@ extension StowFileSystem {
             for (ino, e) in s.inodes where !e.hasLocalState {
                 s.inodes[ino]?.validUntil = .now
                 if let dir = e.directory {
-                    s.inodes[ino]?.directory?.validUntil = .now
+                    s.inodes[ino]?.directory?.expire()
                     s.inodes[ino]?.directory?.expiredAt = .now
                     s.inodes[ino]?.directory?.complete = false
                     s.inodes[ino]?.directory?.negative = [:]

@@ -194,7 +194,7 @@ extension StowFileSystem {
     func forgetName(parent: InodeNumber, name: String) {
         state.withLock { s in
             s.inodes[parent]?.directory?.negative[FileName(name)] = nil
-            s.inodes[parent]?.directory?.validUntil = .now
+            s.inodes[parent]?.directory?.expire()
             s.inodes[parent]?.directory?.complete = false
         }
         notifyKernel([.entry(parent: parent, name: FileName(name))])

@@ -13,7 +13,8 @@ extension StowFileSystem {
         case unknown(Location)
     }
 
-    func cachedLookup(_ s: inout State, parent: InodeNumber, name: String, retain: Bool = true) throws(FSError) -> CachedLookup {
+    /// `feedHolds`: `feedHolds()`, read before the state lock was taken.
+    func cachedLookup(_ s: inout State, parent: InodeNumber, name: String, retain: Bool = true, feedHolds: Bool) throws(FSError) -> CachedLookup {
         let p = try inode(s, parent)
         guard p.kind == .directory, let dir = p.directory else { throw FSError.notADirectory }
         let now = ContinuousClock.now
@@ -31,16 +32,17 @@ extension StowFileSystem {
             return .found(e)
         }
         if let until = dir.negative[name], until > now { return .missing }
-        if dir.complete && dir.validUntil > now && dir.children[name] == nil { return .missing }
+        if dir.stands(now: now, feedHolds: feedHolds) && dir.children[name] == nil { return .missing }
         return .unknown(location)
     }
 
     /// A fast, synchronous lookup for FuseKit: answers from the caches or returns nil.
     public func lookupCached(parent: InodeNumber, name: String) -> Result<Entry, FSError>? {
+        let holds = feedHolds()
         do {
             return try state.withLock { (s: inout State) throws(FSError) -> Result<Entry, FSError>? in
                 try Self.validate(name: name)
-                switch try cachedLookup(&s, parent: parent, name: name) {
+                switch try cachedLookup(&s, parent: parent, name: name, feedHolds: holds) {
                 case .found(let e): return .success(e)
                 case .missing: return .failure(.notFound)
                 case .unknown: return nil
@@ -63,8 +65,9 @@ extension StowFileSystem {
 
     func lookup(parent: InodeNumber, name: String, retain: Bool) async throws(FSError) -> Entry {
         try Self.validate(name: name)
+        let holds = feedHolds()
         let cached = try state.withLock { (s: inout State) throws(FSError) -> CachedLookup in
-            try cachedLookup(&s, parent: parent, name: name, retain: retain)
+            try cachedLookup(&s, parent: parent, name: name, retain: retain, feedHolds: holds)
         }
         let location: Location
         switch cached {
@@ -266,9 +269,12 @@ extension StowFileSystem {
         }
     }
 
-    /// Entries of an open folder from `offset` on. With `plus`, each entry carries its attributes
-    /// (the caller then takes a lookup reference with `retain` for each entry it passes on).
-    public func readdir(_ ino: InodeNumber, handle: UInt64, offset: Int64, plus: Bool) async throws(FSError) -> [DirectoryEntry] {
+    /// Entries of an open folder from `offset` on, at most `limit` of them. With `plus`, each entry
+    /// carries its attributes (the caller then takes a lookup reference with `retain` for each
+    /// entry it passes on). The kernel reads a folder a buffer at a time: each call finds its
+    /// place by a binary search and copies only what fits, so a folder of 100,000 names is read
+    /// in linear time.
+    public func readdir(_ ino: InodeNumber, handle: UInt64, offset: Int64, plus: Bool, limit: Int = .max) async throws(FSError) -> [DirectoryEntry] {
         let cached = try state.withLock { (s: inout State) throws(FSError) -> [DirectoryEntry]? in
             guard let h = s.handles[handle], h.ino == ino else { throw FSError.badHandle }
             return offset == 0 ? nil : h.listing
@@ -280,9 +286,15 @@ extension StowFileSystem {
             listing = try await list(ino)
             state.withLock { $0.handles[handle]?.listing = listing }
         }
-        listing = Array(listing.drop { $0.offset <= offset })
-        if !plus { return listing.map { DirectoryEntry(name: $0.name, ino: $0.ino, kind: $0.kind, offset: $0.offset, entry: nil) } }
-        return listing
+        // Offsets rise through the listing: the first entry past `offset`.
+        var low = 0, high = listing.count
+        while low < high {
+            let mid = (low + high) / 2
+            if listing[mid].offset <= offset { low = mid + 1 } else { high = mid }
+        }
+        let page = listing[low..<min(listing.count, low + max(0, limit))]
+        if !plus { return page.map { DirectoryEntry(name: $0.name, ino: $0.ino, kind: $0.kind, offset: $0.offset, entry: nil) } }
+        return Array(page)
     }
 
     /// The whole listing of a folder: the server's, merged with files owed to it.
@@ -333,10 +345,10 @@ extension StowFileSystem {
     /// all-namespaces mount) has no feed. Cheap (FuseKit's opendir asks it): names whose inode the
     /// engine let go of are `list`'s to find.
     public func listingPushed(_ ino: InodeNumber) -> Bool {
-        guard feed.value.withLock({ $0.status.connected }) else { return false }
+        guard feedHolds() else { return false }
         return state.withLock { s in
             guard let dir = s.inodes[ino]?.directory, let location = try? self.location(s, ino), location.namespace != nil else { return false }
-            return dir.complete && dir.validUntil > .now
+            return dir.stands(now: .now, feedHolds: true)
         }
     }
 
@@ -402,7 +414,9 @@ extension StowFileSystem {
                 dir.complete = true
                 // Trusted for the TTL, unless the feed named the folder while the listing was on
                 // its way (it may not show that change).
-                dir.validUntil = dir.expiredAt.map { $0 >= started } == true ? .now : .now + configuration.attributeTTL
+                let expiredMeanwhile = dir.expiredAt.map { $0 >= started } == true
+                dir.validUntil = expiredMeanwhile ? .now : .now + configuration.attributeTTL
+                dir.heldByFeed = !expiredMeanwhile
                 dir.negative = recentlyRemoved
             }
             for (name, child) in names where dir.children[name] == nil || s.inodes[dir.children[name]!]?.hasLocalState != true {

@@ -34,7 +34,7 @@ extension StowFileSystem {
             s.inodes[ino]?.lookups += 1
             s.inodes[ino]?.changedAt = .now
             // Just made: it is known to be empty, so lookups in it need not ask the server.
-            s.inodes[ino]?.directory = DirectoryState(children: [:], complete: true, validUntil: .now + configuration.attributeTTL, madeHere: leased)
+            s.inodes[ino]?.directory = DirectoryState(children: [:], complete: true, validUntil: .now + configuration.attributeTTL, heldByFeed: true, madeHere: leased)
             s.inodes[parent]?.attributes.nlink += 1
             touchDirectory(&s, parent)
             return entry(s.inodes[ino]!)

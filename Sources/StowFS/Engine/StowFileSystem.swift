@@ -109,6 +109,10 @@ public final class StowFileSystem: Sendable {
         var children: [FileName: InodeNumber] = [:]
         var complete = false
         var validUntil: ContinuousClock.Instant = .now
+        /// The listing was taken (or the folder made here) with nothing since that expired it: while
+        /// the change feed is followed, it stands past `validUntil` — another client's change in
+        /// the folder comes through the feed and expires it (`expire`).
+        var heldByFeed = false
         /// When the change feed last said another client changed the folder: a listing asked for
         /// before then may predate the change, and is not trusted.
         var expiredAt: ContinuousClock.Instant?
@@ -120,6 +124,19 @@ public final class StowFileSystem: Sendable {
         /// A lookup found more names than it lists whole (`lookupListingCap`): until then,
         /// lookups of names not known ask for that one name instead of listing it again.
         var tooLargeToListUntil: ContinuousClock.Instant?
+
+        /// Whether the listing answers without the server: complete, and within the TTL or held by
+        /// a followed feed (`feedHolds`, read by the caller outside the state lock).
+        func stands(now: ContinuousClock.Instant, feedHolds: Bool) -> Bool {
+            complete && (validUntil > now || (heldByFeed && feedHolds))
+        }
+
+        /// The listing is no longer trusted (the feed named the folder, or a create found a name
+        /// it did not have).
+        mutating func expire() {
+            validUntil = .now
+            heldByFeed = false
+        }
     }
 
     struct InodeEntry: Sendable {
