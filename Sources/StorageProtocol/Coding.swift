@@ -13,6 +13,16 @@ public enum WireJSON {
     /// Encodes one of the API's own types. These hold only strings, numbers, maps and arrays, so
     /// encoding cannot fail; should it ever, the answer is an empty object rather than a crash.
     public static func encode<T: Encodable>(_ value: T) -> Data {
+        if let writable = value as? any WireJSONWritable {
+            var out: [UInt8] = []
+            writable.writeWireJSON(to: &out)
+            return Data(out)
+        }
+        return encodedByFoundation(value)
+    }
+
+    /// Through JSONEncoder, always (`encode` writes the largest answers itself).
+    public static func encodedByFoundation<T: Encodable>(_ value: T) -> Data {
         (try? encoder().encode(value)) ?? Data("{}".utf8)
     }
 }

@@ -152,6 +152,7 @@ extension SQLiteMetadataStore {
             var folders: [Int64: StoragePath] = [:]
             var nodes: [Node] = []
             var last: SearchCursor?
+            let columns = try rows.first.map(InodeColumns.init)
             for row in rows.prefix(limit) {
                 let parent: Int64 = row["s_parent"]
                 let name: String = row["s_name"]
@@ -166,7 +167,7 @@ extension SQLiteMetadataStore {
                     folders[parent] = p
                     folderPath = p
                 }
-                let inode = try Self.decodeInode(row)
+                let inode = try Self.decodeInode(row, columns!)
                 nodes.append(Node(namespace: ns, path: try folderPath.appending(name), inode: inode))
             }
             return SearchPage(nodes: nodes, next: rows.count > limit ? last : nil)

@@ -253,9 +253,10 @@ public final class SQLiteMetadataStore: MetadataStore {
             sql: "SELECT e.name AS entry_name, i.* FROM entries e JOIN inodes i ON i.ino = e.ino WHERE \(pageFilter) ORDER BY e.name LIMIT :limit OFFSET :offset",
             arguments: StatementArguments(args))
         var nodes: [Node] = []
+        let columns = try rows.first.map(InodeColumns.init)
         for row in rows.prefix(q.limit) {
-            let name: String = row["entry_name"]
-            nodes.append(Node(namespace: ns, path: try q.folder.appending(name), inode: try decodeInode(row)))
+            let name: String = row[0]
+            nodes.append(Node(namespace: ns, path: try q.folder.appending(name), inode: try decodeInode(row, columns!)))
         }
         let next = rows.count > q.limit ? nodes.last?.path.name : nil
         return ListResult(nodes: nodes, total: total, next: next)
@@ -291,10 +292,11 @@ public final class SQLiteMetadataStore: MetadataStore {
             arguments: StatementArguments(args))
         var nodes: [Node] = []
         var lastKey: String?
+        let columns = try rows.first.map(InodeColumns.init)
         for row in rows.prefix(q.limit) {
-            let rel: String = row["rel_path"]
+            let rel: String = row[0]
             let relPath = try StoragePath(rel)
-            nodes.append(Node(namespace: ns, path: try StoragePath(segments: q.folder.segments + relPath.segments), inode: try decodeInode(row)))
+            nodes.append(Node(namespace: ns, path: try StoragePath(segments: q.folder.segments + relPath.segments), inode: try decodeInode(row, columns!)))
             lastKey = rel
         }
         return ListResult(nodes: nodes, total: total, next: rows.count > q.limit ? lastKey : nil)
@@ -932,30 +934,57 @@ extension SQLiteMetadataStore {
     }
 
     static func decodeInode(_ row: Row) throws -> Inode {
-        let kindRaw: String = row["kind"]
-        let tagsJSON: String = row["tags"]
-        let metadataJSON: String = row["metadata"]
-        let rdev: Int64? = row["rdev"]
+        try decodeInode(row, InodeColumns(row))
+    }
+
+    /// Where an inode's columns are in the rows of one statement: found by name once, then read by
+    /// position (GRDB finds a column by name case-insensitively, which took a fifth of a listing's
+    /// time).
+    struct InodeColumns {
+        let ino, kind, mode, uid, gid, nlink, size, blob, sha256, contentType, tags, metadata, isPublic, target, rdev: Int
+        let atime, mtime, ctime, btime: Int
+
+        init(_ row: Row) throws {
+            var at: [String: Int] = [:]
+            for (i, name) in row.columnNames.enumerated() where at[name] == nil { at[name] = i }
+            func column(_ name: String) throws -> Int {
+                guard let i = at[name] else { throw StoreError.conflict("the database has no inode column `\(name)`") }
+                return i
+            }
+            ino = try column("ino"); kind = try column("kind"); mode = try column("mode"); uid = try column("uid")
+            gid = try column("gid"); nlink = try column("nlink"); size = try column("size"); blob = try column("blob")
+            sha256 = try column("sha256"); contentType = try column("content_type"); tags = try column("tags")
+            metadata = try column("metadata"); isPublic = try column("public"); target = try column("target"); rdev = try column("rdev")
+            atime = try column("atime_ns"); mtime = try column("mtime_ns"); ctime = try column("ctime_ns"); btime = try column("btime_ns")
+        }
+    }
+
+    static func decodeInode(_ row: Row, _ c: InodeColumns) throws -> Inode {
+        let kindRaw: String = row[c.kind]
+        let tagsJSON: String = row[c.tags]
+        let metadataJSON: String = row[c.metadata]
+        let rdev: Int64? = row[c.rdev]
         return Inode(
-            ino: UInt64(row["ino"] as Int64),
+            ino: UInt64(row[c.ino] as Int64),
             kind: NodeKind(rawValue: kindRaw) ?? .file,
-            mode: (row["mode"] as Int64?).map { UInt32(truncatingIfNeeded: $0) },
-            uid: (row["uid"] as Int64?).map { UInt32(truncatingIfNeeded: $0) },
-            gid: (row["gid"] as Int64?).map { UInt32(truncatingIfNeeded: $0) },
-            nlink: UInt32(truncatingIfNeeded: row["nlink"] as Int64),
-            size: row["size"],
-            blob: row["blob"],
-            sha256: row["sha256"],
-            contentType: row["content_type"],
-            tags: (try? JSONDecoder().decode([String].self, from: Data(tagsJSON.utf8))) ?? [],
-            metadata: (try? JSONDecoder().decode([String: String].self, from: Data(metadataJSON.utf8))) ?? [:],
-            isPublic: row["public"],
-            target: row["target"],
+            mode: (row[c.mode] as Int64?).map { UInt32(truncatingIfNeeded: $0) },
+            uid: (row[c.uid] as Int64?).map { UInt32(truncatingIfNeeded: $0) },
+            gid: (row[c.gid] as Int64?).map { UInt32(truncatingIfNeeded: $0) },
+            nlink: UInt32(truncatingIfNeeded: row[c.nlink] as Int64),
+            size: row[c.size],
+            blob: row[c.blob],
+            sha256: row[c.sha256],
+            contentType: row[c.contentType],
+            // Most files have neither: no decoder for those.
+            tags: tagsJSON == "[]" ? [] : ((try? JSONDecoder().decode([String].self, from: Data(tagsJSON.utf8))) ?? []),
+            metadata: metadataJSON == "{}" ? [:] : ((try? JSONDecoder().decode([String: String].self, from: Data(metadataJSON.utf8))) ?? [:]),
+            isPublic: row[c.isPublic],
+            target: row[c.target],
             rdev: rdev.map { UInt64(bitPattern: $0) },
-            atimeNs: row["atime_ns"],
-            mtimeNs: row["mtime_ns"],
-            ctimeNs: row["ctime_ns"],
-            btimeNs: row["btime_ns"])
+            atimeNs: row[c.atime],
+            mtimeNs: row[c.mtime],
+            ctimeNs: row[c.ctime],
+            btimeNs: row[c.btime])
     }
 
     static func decodeUpload(_ row: Row) throws -> UploadRecord {
