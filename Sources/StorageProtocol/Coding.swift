@@ -31,8 +31,45 @@ public enum WireJSON {
 public enum Timestamp {
     private static let style = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
 
-    /// Formats nanoseconds since the Unix epoch.
+    /// Formats nanoseconds since the Unix epoch, the milliseconds truncated. From 1970 on (an
+    /// Int64 of nanoseconds ends in 2262) it is written here, from the integer: a listing formats
+    /// two per record, and Foundation's formatter took microseconds each (and, going through a
+    /// Double of seconds since 2001, could be a millisecond off). Before 1970, through Foundation.
     public static func iso8601(nanoseconds ns: Int64) -> String {
+        guard ns >= 0 else { return foundationISO8601(nanoseconds: ns) }
+        let seconds = ns / 1_000_000_000
+        let millis = Int(ns % 1_000_000_000 / 1_000_000)
+        let days = Int(seconds / 86_400)
+        let secondOfDay = Int(seconds % 86_400)
+        // Civil date from days since 1970-01-01 (Howard Hinnant's `civil_from_days`).
+        let z = days + 719_468
+        let era = z / 146_097
+        let dayOfEra = z - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let mp = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * mp + 2) / 5 + 1
+        let month = mp < 10 ? mp + 3 : mp - 9
+        let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
+        var out = [UInt8]()
+        out.reserveCapacity(24)
+        func digits(_ value: Int, _ width: Int) {
+            var divisor = 1
+            for _ in 1..<width { divisor *= 10 }
+            while divisor > 0 {
+                out.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
+                divisor /= 10
+            }
+        }
+        digits(year, 4); out.append(UInt8(ascii: "-")); digits(month, 2); out.append(UInt8(ascii: "-")); digits(day, 2)
+        out.append(UInt8(ascii: "T"))
+        digits(secondOfDay / 3600, 2); out.append(UInt8(ascii: ":")); digits(secondOfDay / 60 % 60, 2); out.append(UInt8(ascii: ":"))
+        digits(secondOfDay % 60, 2); out.append(UInt8(ascii: ".")); digits(millis, 3); out.append(UInt8(ascii: "Z"))
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Through Foundation's ISO 8601 formatter.
+    public static func foundationISO8601(nanoseconds ns: Int64) -> String {
         Date(timeIntervalSince1970: Double(ns) / 1_000_000_000).formatted(style)
     }
 

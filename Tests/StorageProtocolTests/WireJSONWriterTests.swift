@@ -70,3 +70,24 @@ struct WireJSONWriterTests {
         }
     }
 }
+
+@Suite("timestamps on the wire")
+struct TimestampTests {
+    @Test("the ISO 8601 writer: Foundation's date and time of the whole second, and the milliseconds truncated, from 1970 to 2262")
+    func agreesWithFoundation() {
+        var g = WireJSONWriterTests.Seeded(state: 5)
+        var values: [Int64] = [0, 1, 499_999, 999_999, 1_000_000, 86_399_999_999_999, 86_399_999_000_000, 951_782_400_000_000_000, 4_107_542_399_999_000_000, .max]
+        // Leap days, and the ends of months and years.
+        for day in [59, 60, 365, 366, 789, 11_016, 11_017, 106_751] { values.append(Int64(day) * 86_400_000_000_000) }
+        for _ in 0..<20_000 { values.append(Int64.random(in: 0...Int64.max, using: &g)) }
+        for ns in values {
+            // Foundation goes through a Double of seconds since 2001, which can be a millisecond
+            // off: it is asked for the middle of the second, to the second.
+            let second = Date(timeIntervalSince1970: Double(ns / 1_000_000_000) + 0.5).formatted(.iso8601)
+            let millis = String(1000 + ns % 1_000_000_000 / 1_000_000).dropFirst()
+            #expect(Timestamp.iso8601(nanoseconds: ns) == second.dropLast() + ".\(millis)Z", "\(ns)")
+        }
+        #expect(Timestamp.iso8601(nanoseconds: 1_795_742_209_078_449_846) == "2026-11-27T01:16:49.078Z")
+        #expect(Timestamp.iso8601(nanoseconds: 86_399_999_999_999) == "1970-01-01T23:59:59.999Z")
+    }
+}
