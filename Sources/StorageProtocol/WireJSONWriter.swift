@@ -2,7 +2,7 @@
 /// hand, with exactly the bytes `WireJSON.encoder()` writes (keys sorted by their UTF-8 bytes,
 /// slashes not escaped, control characters as `\n` or `\u001f`, everything else as is).
 /// JSONEncoder took half of `stowd`'s time for a page of 1,000 records (`perf` of a browse loop);
-/// this takes a few microseconds per record. `WireJSONWriterTests` checks the two agree byte for
+/// this takes a few microseconds per record. `WireJSONTests` checks the two agree byte for
 /// byte on records made to be awkward.
 public protocol WireJSONWritable: Encodable {
     func writeWireJSON(to out: inout [UInt8])

@@ -91,3 +91,79 @@ struct TimestampTests {
         #expect(Timestamp.iso8601(nanoseconds: 86_399_999_999_999) == "1970-01-01T23:59:59.999Z")
     }
 }
+
+/// The hand-written reader of browse and search pages must read what JSONDecoder reads, and
+/// refuse (leave to JSONDecoder) whatever it does not read the same.
+@Suite("the wire JSON reader")
+struct WireJSONReaderTests {
+    static func fast(_ data: Data) -> BrowseResponse? { data.withUnsafeBytes { WireJSONReading.browse($0) } }
+    static func foundation(_ data: Data) -> BrowseResponse? { try? JSONDecoder().decode(BrowseResponse.self, from: data) }
+
+    static func page(_ g: inout WireJSONWriterTests.Seeded, records: Int) -> BrowseResponse {
+        var list = (0..<records).map { _ in WireJSONWriterTests.record(&g) }
+        for i in list.indices { list[i].upload = nil }
+        return BrowseResponse(
+            items: Array(list.dropFirst(records / 4)), folders: Array(list.prefix(records / 4)),
+            page: PageInfo(type: "cursor", current: 1, size: 1000, itemTotal: records, hasNext: Bool.random(using: &g), nextId: Bool.random(using: &g) ? "n" : nil))
+    }
+
+    @Test("awkward records, compact and pretty-printed: read as JSONDecoder reads them")
+    func sameValues() throws {
+        var g = WireJSONWriterTests.Seeded(state: 99)
+        for _ in 0..<40 {
+            let page = Self.page(&g, records: 50)
+            let compact = WireJSON.encode(page)
+            #expect(Self.fast(compact) == page)
+            let pretty = JSONEncoder()
+            pretty.outputFormatting = [.prettyPrinted]
+            let spaced = try pretty.encode(page)
+            #expect(Self.fast(spaced) == page)
+            let search = SearchResponse(items: page.items, nextCursor: page.page.nextId)
+            #expect(WireJSON.encode(search).withUnsafeBytes { WireJSONReading.search($0) } == search)
+        }
+    }
+
+    @Test("escapes, nulls and keys it does not know: the same as JSONDecoder; an upload link or a fraction: left to JSONDecoder")
+    func otherSpellings() throws {
+        let record = #"""
+            {"_id":"1","file_name":"caf\u00e9 \ud83d\ude00 a\/b \"q\" \\ \t","file_path":"d/x","content_type":"text/plain","namespace":"ns",
+             "operation":"putObject","size":12,"cdn":{"url":"u","absolute_url":"a","relative_url":"r","extra":[1,{"x":null}]},
+             "success":true,"tags":["t1","t\n2"],"created_on":"c","modified_on":"m","etag":"e","sha256":null,"metadata":{"k":"v","é":""},
+             "public":false,"kind":"file","inode":18446744073709551615,"mode":null,"uid":7,"nlink":1,"atime_ns":-9223372036854775808,
+             "mtime_ns":0,"ctime_ns":5,"unknown":{"deep":[[[]]],"n":-1.5e3},"rdev":null}
+            """#
+        let doc = Data(#"{"items":[RECORD],"folders":[],"page":{"type":"cursor","current":1,"size":1000,"item_total":1,"has_next":false,"next_id":null}}"#.replacingOccurrences(of: "RECORD", with: record).utf8)
+        let theirs = try #require(Self.foundation(doc))
+        #expect(Self.fast(doc) == theirs)
+        #expect(theirs.items[0].fileName == "café 😀 a/b \"q\" \\ \t")
+        // Left to JSONDecoder: an upload link, a number with a fraction, a lone surrogate; bad UTF-8 below.
+        for (from, to) in [(#""rdev":null"#, #""upload":{"url":"u","expiry":1}"#), (#""size":12"#, #""size":12.0"#),
+                           (#"\ud83d\ude00"#, #"\ud83d"#)] {
+            let changed = Data(String(decoding: doc, as: UTF8.self).replacingOccurrences(of: from, with: to).utf8)
+            #expect(changed != doc)
+            #expect(Self.fast(changed) == nil, "\(to)")
+        }
+        var invalid = doc
+        invalid[invalid.firstRange(of: Data("caf".utf8))!.upperBound - 1] = 0xFF
+        #expect(Self.fast(invalid) == nil && Self.foundation(invalid) == nil)
+    }
+
+    @Test("every truncation, and 5,000 corrupted copies: never read differently from JSONDecoder, never a crash")
+    func corrupted() {
+        var g = WireJSONWriterTests.Seeded(state: 3)
+        let doc = WireJSON.encode(Self.page(&g, records: 3))
+        for n in 0..<doc.count {
+            #expect(Self.fast(doc.prefix(n)) == nil, "a prefix of \(n) bytes was read")
+        }
+        let alphabet = Array(#"{}[]",:0123456789-.etrufalsn\ u"#.utf8) + [0x00, 0x1F, 0x80, 0xC3, 0xFF]
+        for _ in 0..<5000 {
+            var copy = doc
+            for _ in 0..<Int.random(in: 1...3, using: &g) {
+                copy[Int.random(in: 0..<copy.count, using: &g)] = alphabet.randomElement(using: &g)!
+            }
+            if let mine = Self.fast(copy) {
+                #expect(Self.foundation(copy) == mine, "read differently: \(String(decoding: copy, as: UTF8.self))")
+            }
+        }
+    }
+}

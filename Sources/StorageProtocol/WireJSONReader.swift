@@ -1,0 +1,383 @@
+/// Reads the API's largest answers — browse and search pages of up to a thousand records — by
+/// hand: JSONDecoder took two thirds of a mount's time to list a big folder (`perf` of `stowfs`
+/// during `ls -f` of 12,000 files). Only the plain shape is read here: strict JSON, integers
+/// without fraction or exponent, valid UTF-8, no upload link in a record. Anything else returns
+/// nil, and the caller decodes with JSONDecoder as before, so what is accepted or refused does
+/// not change. `WireJSONTests` checks both agree.
+public enum WireJSONReading {
+    public static func browse(_ bytes: UnsafeRawBufferPointer) -> BrowseResponse? {
+        var r = JSONReader(bytes)
+        return try? r.whole { (r: inout JSONReader) throws(JSONReader.Failure) in try browse(&r) }
+    }
+
+    public static func search(_ bytes: UnsafeRawBufferPointer) -> SearchResponse? {
+        var r = JSONReader(bytes)
+        return try? r.whole { (r: inout JSONReader) throws(JSONReader.Failure) in try search(&r) }
+    }
+
+    static func browse(_ r: inout JSONReader) throws(JSONReader.Failure) -> BrowseResponse {
+        var items: [FileRecord]?, folders: [FileRecord]?, page: PageInfo?
+        try r.object { r, key throws(JSONReader.Failure) in
+            switch key {
+            case "items": items = try records(&r)
+            case "folders": folders = try records(&r)
+            case "page": page = try pageInfo(&r)
+            default: try r.skipValue()
+            }
+        }
+        guard let items, let folders, let page else { throw JSONReader.Failure() }
+        return BrowseResponse(items: items, folders: folders, page: page)
+    }
+
+    static func search(_ r: inout JSONReader) throws(JSONReader.Failure) -> SearchResponse {
+        var items: [FileRecord]?, next: String?
+        try r.object { r, key throws(JSONReader.Failure) in
+            switch key {
+            case "items": items = try records(&r)
+            case "next_cursor": next = try r.optional { r throws(JSONReader.Failure) in try r.string() }
+            default: try r.skipValue()
+            }
+        }
+        guard let items else { throw JSONReader.Failure() }
+        return SearchResponse(items: items, nextCursor: next)
+    }
+
+    static func records(_ r: inout JSONReader) throws(JSONReader.Failure) -> [FileRecord] {
+        var out: [FileRecord] = []
+        try r.array { r throws(JSONReader.Failure) in out.append(try record(&r)) }
+        return out
+    }
+
+    static func pageInfo(_ r: inout JSONReader) throws(JSONReader.Failure) -> PageInfo {
+        var type: String?, current: Int?, size: Int?, total: Int?, hasNext: Bool?, nextId: String?
+        try r.object { r, key throws(JSONReader.Failure) in
+            switch key {
+            case "type": type = try r.string()
+            case "current": current = Int(try r.int64())
+            case "size": size = Int(try r.int64())
+            case "item_total": total = Int(try r.int64())
+            case "has_next": hasNext = try r.bool()
+            case "next_id": nextId = try r.optional { r throws(JSONReader.Failure) in try r.string() }
+            default: try r.skipValue()
+            }
+        }
+        guard let type, let current, let size, let total, let hasNext else { throw JSONReader.Failure() }
+        return PageInfo(type: type, current: current, size: size, itemTotal: total, hasNext: hasNext, nextId: nextId)
+    }
+
+    static func cdn(_ r: inout JSONReader) throws(JSONReader.Failure) -> CDNLink {
+        var url: String?, absolute: String?, relative: String?
+        try r.object { r, key throws(JSONReader.Failure) in
+            switch key {
+            case "url": url = try r.string()
+            case "absolute_url": absolute = try r.string()
+            case "relative_url": relative = try r.string()
+            default: try r.skipValue()
+            }
+        }
+        guard let url, let absolute, let relative else { throw JSONReader.Failure() }
+        return CDNLink(url: url, absoluteUrl: absolute, relativeUrl: relative)
+    }
+
+    static func record(_ r: inout JSONReader) throws(JSONReader.Failure) -> FileRecord {
+        var id: String?, fileName: String?, filePath: String?, contentType: String?, namespace: String?, operation: String?
+        var size: Int64?, cdnLink: CDNLink?, success: Bool?, tags: [String]?, createdOn: String?, modifiedOn: String?, etag: String?
+        var sha256: String?, metadata: [String: String]?, isPublic: Bool?, kind: NodeKind?, inode: UInt64?
+        var mode: UInt32?, uid: UInt32?, gid: UInt32?, nlink: UInt32?, atime: Int64?, mtime: Int64?, ctime: Int64?
+        var target: String?, rdev: UInt64?
+        func u32(_ r: inout JSONReader) throws(JSONReader.Failure) -> UInt32 {
+            guard let v = UInt32(exactly: try r.int64()) else { throw JSONReader.Failure() }
+            return v
+        }
+        try r.object { r, key throws(JSONReader.Failure) in
+            switch key {
+            case "_id": id = try r.string()
+            case "file_name": fileName = try r.string()
+            case "file_path": filePath = try r.string()
+            case "content_type": contentType = try r.string()
+            case "namespace": namespace = try r.string()
+            case "operation": operation = try r.string()
+            case "size": size = try r.int64()
+            case "cdn": cdnLink = try cdn(&r)
+            case "success": success = try r.bool()
+            case "tags": tags = try r.strings()
+            case "created_on": createdOn = try r.string()
+            case "modified_on": modifiedOn = try r.string()
+            case "etag": etag = try r.string()
+            case "sha256": sha256 = try r.optional { r throws(JSONReader.Failure) in try r.string() }
+            case "metadata": metadata = try r.stringMap()
+            case "public": isPublic = try r.bool()
+            case "kind":
+                guard let k = NodeKind(rawValue: try r.string()) else { throw JSONReader.Failure() }
+                kind = k
+            case "inode": inode = try r.uint64()
+            case "mode": mode = try r.optional { r throws(JSONReader.Failure) in try u32(&r) }
+            case "uid": uid = try r.optional { r throws(JSONReader.Failure) in try u32(&r) }
+            case "gid": gid = try r.optional { r throws(JSONReader.Failure) in try u32(&r) }
+            case "nlink": nlink = try u32(&r)
+            case "atime_ns": atime = try r.int64()
+            case "mtime_ns": mtime = try r.int64()
+            case "ctime_ns": ctime = try r.int64()
+            case "target": target = try r.optional { r throws(JSONReader.Failure) in try r.string() }
+            case "rdev": rdev = try r.optional { r throws(JSONReader.Failure) in try r.uint64() }
+            case "upload":
+                // An upload link (not in listings): JSONDecoder reads those.
+                guard try r.peek() == UInt8(ascii: "n") else { throw JSONReader.Failure() }
+                try r.skipValue()
+            default: try r.skipValue()
+            }
+        }
+        guard let id, let fileName, let filePath, let contentType, let namespace, let operation, let size, let cdnLink, let success,
+            let tags, let createdOn, let modifiedOn, let etag, let metadata, let isPublic, let kind, let inode, let nlink, let atime,
+            let mtime, let ctime
+        else { throw JSONReader.Failure() }
+        return FileRecord(
+            id: id, fileName: fileName, filePath: filePath, contentType: contentType, namespace: namespace, operation: operation,
+            size: size, upload: nil, cdn: cdnLink, success: success, tags: tags, createdOn: createdOn, modifiedOn: modifiedOn, etag: etag,
+            sha256: sha256, metadata: metadata, isPublic: isPublic, kind: kind, inode: inode, mode: mode, uid: uid, gid: gid, nlink: nlink,
+            atimeNs: atime, mtimeNs: mtime, ctimeNs: ctime, target: target, rdev: rdev)
+    }
+}
+
+/// A strict reader of JSON text, over bytes it does not own. Every read checks its bounds and
+/// throws `Failure` on anything unexpected; it never traps.
+struct JSONReader {
+    struct Failure: Error {}
+
+    let bytes: UnsafeRawBufferPointer
+    var at = 0
+    var depth = 0
+
+    init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+
+    /// Reads one value with `body`, then nothing but white space may follow.
+    mutating func whole<T>(_ body: (inout JSONReader) throws(Failure) -> T) throws(Failure) -> T {
+        let value = try body(&self)
+        skipSpace()
+        guard at == bytes.count else { throw Failure() }
+        return value
+    }
+
+    mutating func skipSpace() {
+        while at < bytes.count {
+            switch bytes[at] {
+            case 0x20, 0x0A, 0x0D, 0x09: at += 1
+            default: return
+            }
+        }
+    }
+
+    /// The next byte that is not white space (not consumed).
+    mutating func peek() throws(Failure) -> UInt8 {
+        skipSpace()
+        guard at < bytes.count else { throw Failure() }
+        return bytes[at]
+    }
+
+    mutating func take(_ byte: UInt8) throws(Failure) {
+        guard try peek() == byte else { throw Failure() }
+        at += 1
+    }
+
+    mutating func literal(_ word: StaticString) throws(Failure) {
+        skipSpace()
+        let n = word.utf8CodeUnitCount
+        guard bytes.count - at >= n else { throw Failure() }
+        let matches = word.withUTF8Buffer { w in (0..<n).allSatisfy { bytes[at + $0] == w[$0] } }
+        guard matches else { throw Failure() }
+        at += n
+    }
+
+    /// `{ "key": value, … }`: `body` reads each value (or skips it).
+    mutating func object(_ body: (inout JSONReader, String) throws(Failure) -> Void) throws(Failure) {
+        try take(UInt8(ascii: "{"))
+        depth += 1
+        guard depth <= 64 else { throw Failure() }
+        if try peek() == UInt8(ascii: "}") {
+            at += 1
+        } else {
+            while true {
+                let key = try string()
+                try take(UInt8(ascii: ":"))
+                try body(&self, key)
+                let next = try peek()
+                at += 1
+                if next == UInt8(ascii: "}") { break }
+                guard next == UInt8(ascii: ",") else { throw Failure() }
+            }
+        }
+        depth -= 1
+    }
+
+    mutating func array(_ body: (inout JSONReader) throws(Failure) -> Void) throws(Failure) {
+        try take(UInt8(ascii: "["))
+        depth += 1
+        guard depth <= 64 else { throw Failure() }
+        if try peek() == UInt8(ascii: "]") {
+            at += 1
+        } else {
+            while true {
+                try body(&self)
+                let next = try peek()
+                at += 1
+                if next == UInt8(ascii: "]") { break }
+                guard next == UInt8(ascii: ",") else { throw Failure() }
+            }
+        }
+        depth -= 1
+    }
+
+    /// nil for `null`, else the value `body` reads.
+    mutating func optional<T>(_ body: (inout JSONReader) throws(Failure) -> T) throws(Failure) -> T? {
+        if try peek() == UInt8(ascii: "n") {
+            try literal("null")
+            return nil
+        }
+        return try body(&self)
+    }
+
+    mutating func bool() throws(Failure) -> Bool {
+        if try peek() == UInt8(ascii: "t") {
+            try literal("true")
+            return true
+        }
+        try literal("false")
+        return false
+    }
+
+    /// An integer: an optional minus and digits, no leading zero, no fraction or exponent.
+    mutating func int64() throws(Failure) -> Int64 {
+        var negative = false
+        if try peek() == UInt8(ascii: "-") {
+            negative = true
+            at += 1
+        }
+        let magnitude = try digits()
+        if negative {
+            guard magnitude <= UInt64(Int64.max) + 1 else { throw Failure() }
+            return magnitude == UInt64(Int64.max) + 1 ? .min : -Int64(magnitude)
+        }
+        guard let v = Int64(exactly: magnitude) else { throw Failure() }
+        return v
+    }
+
+    mutating func uint64() throws(Failure) -> UInt64 {
+        _ = try peek()
+        return try digits()
+    }
+
+    private mutating func digits() throws(Failure) -> UInt64 {
+        let start = at
+        var value: UInt64 = 0
+        while at < bytes.count, bytes[at] >= UInt8(ascii: "0"), bytes[at] <= UInt8(ascii: "9") {
+            let (times, o1) = value.multipliedReportingOverflow(by: 10)
+            let (sum, o2) = times.addingReportingOverflow(UInt64(bytes[at] - UInt8(ascii: "0")))
+            guard !o1, !o2 else { throw Failure() }
+            value = sum
+            at += 1
+        }
+        guard at > start, !(at - start > 1 && bytes[start] == UInt8(ascii: "0")) else { throw Failure() }
+        if at < bytes.count, [UInt8(ascii: "."), UInt8(ascii: "e"), UInt8(ascii: "E")].contains(bytes[at]) { throw Failure() }
+        return value
+    }
+
+    mutating func string() throws(Failure) -> String {
+        try take(UInt8(ascii: "\""))
+        let start = at
+        // Most strings have no escape: taken as they are.
+        while at < bytes.count {
+            let c = bytes[at]
+            if c == UInt8(ascii: "\"") {
+                guard let s = String(validating: UnsafeRawBufferPointer(rebasing: bytes[start..<at]), as: UTF8.self) else { throw Failure() }
+                at += 1
+                return s
+            }
+            if c == UInt8(ascii: "\\") || c < 0x20 { break }
+            at += 1
+        }
+        var out = [UInt8](bytes[start..<at])
+        while true {
+            guard at < bytes.count else { throw Failure() }
+            let c = bytes[at]
+            at += 1
+            switch c {
+            case UInt8(ascii: "\""):
+                guard let s = String(validating: out, as: UTF8.self) else { throw Failure() }
+                return s
+            case UInt8(ascii: "\\"):
+                guard at < bytes.count else { throw Failure() }
+                let e = bytes[at]
+                at += 1
+                switch e {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): out.append(e)
+                case UInt8(ascii: "b"): out.append(0x08)
+                case UInt8(ascii: "f"): out.append(0x0C)
+                case UInt8(ascii: "n"): out.append(0x0A)
+                case UInt8(ascii: "r"): out.append(0x0D)
+                case UInt8(ascii: "t"): out.append(0x09)
+                case UInt8(ascii: "u"):
+                    var scalar = try hex4()
+                    if (0xD800..<0xDC00).contains(scalar) {
+                        // A high surrogate: its low one must follow.
+                        guard bytes.count - at >= 2, bytes[at] == UInt8(ascii: "\\"), bytes[at + 1] == UInt8(ascii: "u") else { throw Failure() }
+                        at += 2
+                        let low = try hex4()
+                        guard (0xDC00..<0xE000).contains(low) else { throw Failure() }
+                        scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                    }
+                    guard let u = Unicode.Scalar(scalar) else { throw Failure() }
+                    out.append(contentsOf: Array(String(Character(u)).utf8))
+                default: throw Failure()
+                }
+            case 0..<0x20: throw Failure()
+            default: out.append(c)
+            }
+        }
+    }
+
+    private mutating func hex4() throws(Failure) -> UInt32 {
+        guard bytes.count - at >= 4 else { throw Failure() }
+        var v: UInt32 = 0
+        for _ in 0..<4 {
+            let c = bytes[at]
+            at += 1
+            let d: UInt32
+            switch c {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): d = UInt32(c - UInt8(ascii: "0"))
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): d = UInt32(c - UInt8(ascii: "a") + 10)
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): d = UInt32(c - UInt8(ascii: "A") + 10)
+            default: throw Failure()
+            }
+            v = v << 4 | d
+        }
+        return v
+    }
+
+    mutating func strings() throws(Failure) -> [String] {
+        var out: [String] = []
+        try array { r throws(Failure) in out.append(try r.string()) }
+        return out
+    }
+
+    mutating func stringMap() throws(Failure) -> [String: String] {
+        var out: [String: String] = [:]
+        try object { r, key throws(Failure) in out[key] = try r.string() }
+        return out
+    }
+
+    /// Passes over one value of any kind.
+    mutating func skipValue() throws(Failure) {
+        switch try peek() {
+        case UInt8(ascii: "{"): try object { r, _ throws(Failure) in try r.skipValue() }
+        case UInt8(ascii: "["): try array { r throws(Failure) in try r.skipValue() }
+        case UInt8(ascii: "\""): _ = try string()
+        case UInt8(ascii: "t"), UInt8(ascii: "f"): _ = try bool()
+        case UInt8(ascii: "n"): try literal("null")
+        default:
+            // A number, of any form.
+            let start = at
+            while at < bytes.count, "+-0123456789.eE".utf8.contains(bytes[at]) { at += 1 }
+            guard at > start else { throw Failure() }
+        }
+    }
+}
