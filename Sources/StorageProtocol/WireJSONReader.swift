@@ -188,8 +188,41 @@ struct JSONReader {
         at += n
     }
 
+    /// A key of an object. Keys without escapes are compared as the bytes they are (no String is
+    /// made for each of a record's 28 keys).
+    struct Key {
+        let raw: UnsafeRawBufferPointer?
+        let decoded: String?
+
+        static func == (key: Key, name: StaticString) -> Bool {
+            name.withUTF8Buffer { n in
+                if let raw = key.raw { return raw.count == n.count && raw.elementsEqual(n) }
+                return key.decoded!.utf8.elementsEqual(n)
+            }
+        }
+
+        static func ~= (name: StaticString, key: Key) -> Bool { key == name }
+
+        var string: String { decoded ?? String(decoding: raw!, as: UTF8.self) }
+    }
+
+    /// An object's key: its bytes when it has no escape and is valid UTF-8, else decoded.
+    mutating func key() throws(Failure) -> Key {
+        guard try peek() == UInt8(ascii: "\"") else { throw Failure() }
+        var end = at + 1
+        while end < bytes.count, bytes[end] != UInt8(ascii: "\""), bytes[end] != UInt8(ascii: "\\"), bytes[end] >= 0x20 { end += 1 }
+        if end < bytes.count, bytes[end] == UInt8(ascii: "\"") {
+            let raw = UnsafeRawBufferPointer(rebasing: bytes[(at + 1)..<end])
+            if raw.allSatisfy({ $0 < 0x80 }) || String(validating: raw, as: UTF8.self) != nil {
+                at = end + 1
+                return Key(raw: raw, decoded: nil)
+            }
+        }
+        return Key(raw: nil, decoded: try string())
+    }
+
     /// `{ "key": value, … }`: `body` reads each value (or skips it).
-    mutating func object(_ body: (inout JSONReader, String) throws(Failure) -> Void) throws(Failure) {
+    mutating func object(_ body: (inout JSONReader, Key) throws(Failure) -> Void) throws(Failure) {
         try take(UInt8(ascii: "{"))
         depth += 1
         guard depth <= 64 else { throw Failure() }
@@ -197,7 +230,7 @@ struct JSONReader {
             at += 1
         } else {
             while true {
-                let key = try string()
+                let key = try key()
                 try take(UInt8(ascii: ":"))
                 try body(&self, key)
                 let next = try peek()
@@ -361,7 +394,7 @@ struct JSONReader {
 
     mutating func stringMap() throws(Failure) -> [String: String] {
         var out: [String: String] = [:]
-        try object { r, key throws(Failure) in out[key] = try r.string() }
+        try object { r, key throws(Failure) in out[key.string] = try r.string() }
         return out
     }
 
