@@ -281,9 +281,20 @@ class StowFS(System):
     def mount(self, create=False):
         self.proc = subprocess.Popen(
             [f"{self.bindir}/stowfs", "mount", "bench", self.mnt, "--endpoint", self.endpoint, "--cache-dir", self.cache, "--foreground",
-             "--log-level", "warning"] + (["--create"] if create else []), env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             "--log-level", "warning"] + (["--create"] if create else []), env=self.env, stdout=subprocess.DEVNULL, stderr=self.log_file())
         wait_until(lambda: is_mounted(self.mnt), 60, "stowfs to mount")
         self.pid = self.proc.pid
+
+    def log_file(self):
+        """The mount's warnings, beside its work folder (which each run empties): kept for a failure."""
+        return open(os.path.join(os.path.dirname(self.work), f"{self.key}.log"), "a")
+
+    def log_tail(self, lines=20):
+        try:
+            with open(os.path.join(os.path.dirname(self.work), f"{self.key}.log")) as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError:
+            return ""
 
     def unmount(self):
         if self.proc:

@@ -172,6 +172,10 @@ def folder_part(systems, sizes, passthrough_max, runs):
                     results.setdefault((s.key, n), []).append(steps)
                     rss[(s.key, n)] = (peak, peak_rss_mib(server_pid(s)))
                     log(f"  {time.time() - t0:.0f} s")
+                except Exception:
+                    if hasattr(s, "log_tail"):
+                        log(f"{s.name} failed; the mount's last warnings:\n{s.log_tail()}")
+                    raise
                 finally:
                     s.stop()
     return results, rss

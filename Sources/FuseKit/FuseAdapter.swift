@@ -18,6 +18,25 @@ final class FuseAdapter: Sendable {
     let logger: Logger
     let observer: (any FuseObserver)?
     private let inflight = Mutex<Int>(0)
+    /// When an I/O error was last logged, and how many were not since.
+    private let ioWarnings = Mutex<(last: ContinuousClock.Instant?, unlogged: Int)>((nil, 0))
+
+    /// An EIO returned to an application leaves a warning in the log — what failed and why — at
+    /// most one a second (a mount offline reading files it does not have would fill the log), with
+    /// the count of those not logged.
+    func warnIO(_ operation: FuseOperation, _ why: String) {
+        let unlogged = ioWarnings.withLock { w -> Int? in
+            let now = ContinuousClock.now
+            if let last = w.last, now - last < .seconds(1) {
+                w.unlogged += 1
+                return nil
+            }
+            defer { w = (now, 0) }
+            return w.unlogged
+        }
+        guard let unlogged else { return }
+        logger.warning("\(operation.rawValue) answered EIO: \(why)\(unlogged > 0 ? " (and \(unlogged) more EIO not logged)" : "")")
+    }
 
     init(engine: StowFileSystem, logger: Logger, observer: (any FuseObserver)?) {
         self.engine = engine

@@ -36,6 +36,7 @@ struct FuseRequest: @unchecked Sendable {
     }
 
     func reply(error: FSError) {
+        if case .io(let why) = error { adapter(raw).warnIO(operation, why) }
         fuse_reply_err(raw, error.errno)
         finished(errno: error.errno)
     }
