@@ -289,3 +289,15 @@ int CStowSystem_stderr_is_journal(const char *journal_stream) {
 int CStowSystem_syncfs(int fd) {
     return syncfs(fd);
 }
+
+#include <sys/resource.h>
+
+long long CStowSystem_raise_file_limit(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return -1;
+    if (rl.rlim_cur < rl.rlim_max) {
+        struct rlimit raised = { rl.rlim_max, rl.rlim_max };
+        if (setrlimit(RLIMIT_NOFILE, &raised) == 0) rl.rlim_cur = rl.rlim_max;
+    }
+    return rl.rlim_cur == RLIM_INFINITY ? (long long)1 << 40 : (long long)rl.rlim_cur;
+}

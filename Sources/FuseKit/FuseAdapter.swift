@@ -172,6 +172,21 @@ final class FuseAdapter: Sendable {
     // MARK: - Files
 
     func create(_ req: FuseRequest, parent: InodeNumber, name: String, mode: UInt32, fileInfo: FileInfoBox) {
+        if engine.mustWaitForDescriptors {
+            // Too many files wait for their upload, each holding a descriptor: this create waits
+            // for some to be stored, in a task (the FUSE thread goes on serving).
+            let exclusive = fileInfo.pointer.pointee.flags & O_EXCL != 0
+            let caller = req.caller
+            respond(req, { () async throws(FSError) -> (Entry, OpenedFile) in
+                try await self.engine.waitForDescriptors()
+                if exclusive {
+                    if let made = try self.engine.createExclusiveHere(parent: parent, name: name, mode: mode, caller: caller) { return made }
+                    return try await self.engine.createExclusive(parent: parent, name: name, mode: mode, caller: caller)
+                }
+                return try self.engine.create(parent: parent, name: name, mode: mode, caller: caller)
+            }) { r, v in r.reply(create: v.0, file: v.1, fileInfo: fileInfo.pointer) }
+            return
+        }
         if fileInfo.pointer.pointee.flags & O_EXCL != 0 {
             let caller = req.caller
             // O_EXCL in a folder whose exclusive creates this mount holds: decided here.

@@ -7,6 +7,48 @@ import Testing
 /// Issue 17: a folder that fills up must not slow to a crawl.
 @Suite("big folders", .serialized)
 struct BigFolderTests {
+    @Test("a mount with 400 descriptors, uploads paused: 1,000 new files wait for uploads to store some instead of failing with EIO, and all are stored after the resume")
+    func filesBeyondTheDescriptorLimit() async throws {
+        let m = MountedFS()
+        defer { m.cleanup() }
+        try m.startServer()
+        // Before, each file written and not stored held a descriptor, and a create past the
+        // limit failed: EIO ("Too many open files").
+        try m.mountFS(fileLimit: 400)
+        #expect(try m.stowfs(["pause", m.mountpoint]).contains("paused"))
+        let writer = """
+            import os, sys
+            d = sys.argv[1]
+            os.mkdir(d)
+            for i in range(1000):
+                fd = os.open(os.path.join(d, f"f{i:04d}"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                os.write(fd, b"%d" % i)
+                os.close(fd)
+            """
+        try writer.write(toFile: m.root + "/writer.py", atomically: true, encoding: .utf8)
+        // (Not a listing of the folder meanwhile: the waiting create holds the folder's lock in
+        // the kernel, so a listing would wait too.)
+        let started = try m.sh("(python3 \(m.root)/writer.py \(m.mountpoint)/many > \(m.root)/writer.out 2>&1; echo $? > \(m.root)/writer.rc) > /dev/null 2>&1 & sleep 3; ls \(m.root)")
+        #expect(!started.contains("writer.rc"), "the writer should wait for uploads while they are paused: \(started) \((try? String(contentsOfFile: m.root + "/writer.out", encoding: .utf8)) ?? "")")
+        #expect(m.logText.contains("wait for their upload"), "the wait is not logged: \(m.logText)")
+        #expect(try m.stowfs(["resume", m.mountpoint]).contains("resumed"))
+        _ = try m.sh("for i in $(seq 1 600); do [ -f \(m.root)/writer.rc ] && exit 0; sleep 0.1; done; exit 1")
+        let rc = try String(contentsOfFile: m.root + "/writer.rc", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(rc == "0", "the writer failed: \((try? String(contentsOfFile: m.root + "/writer.out", encoding: .utf8)) ?? "")")
+        _ = try m.stowfs(["sync", m.mountpoint])
+        try await m.withClient { c in
+            var names: Set<String> = []
+            var after: String?
+            repeat {
+                let page = try await c.list(m.namespace, folder: try StoragePath("many"), after: after, limit: 1000)
+                names.formUnion(page.entries.map(\.fileName))
+                after = page.next
+            } while after != nil
+            #expect(names.count == 1000)
+        }
+        #expect(!m.logText.contains("answered EIO"), "\(m.logText)")
+    }
+
     @Test("creates in a folder of 6,000 files whose listing went stale cost a small request each, not a relisting of the folder per create (4 creates/s at 8,000 files before)")
     func createsInAStaleBigFolder() async throws {
         let m = MountedFS()

@@ -103,10 +103,16 @@ final class MountedFS: @unchecked Sendable {
     /// Mounts (the namespace is created if missing) and waits until the mount is live.
     /// Starts `stowfs mount --foreground` and returns once the mount is in the mount table
     /// (looked for every `poll` microseconds; 0 looks as fast as it can).
-    func mountFS(extra: [String] = [], poll: useconds_t = 50_000, environment: [String: String] = [:]) throws {
+    /// `fileLimit`: the daemon's limit of open descriptors, soft and hard (set with `prlimit`,
+    /// which then runs stowfs in its own process).
+    func mountFS(extra: [String] = [], poll: useconds_t = 50_000, environment: [String: String] = [:], fileLimit: Int? = nil) throws {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: Self.binDirectory + "/stowfs")
         p.arguments = ["mount", "test", mountpoint, "--endpoint", endpoint, "--cache-dir", cacheDirectory, "--create", "--foreground", "--log-level", ProcessInfo.processInfo.environment["STOWFS_TEST_LOG_LEVEL"] ?? "warning"] + extra
+        if let fileLimit {
+            p.arguments = ["--nofile=\(fileLimit):\(fileLimit)", "--", Self.binDirectory + "/stowfs"] + (p.arguments ?? [])
+            p.executableURL = URL(fileURLWithPath: "/usr/bin/prlimit")
+        }
         var env = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         env["STOWFS_TOKEN"] = mountToken
         p.environment = env

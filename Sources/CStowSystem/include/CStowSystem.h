@@ -75,3 +75,7 @@ int CStowSystem_notify(const char *socket_path, const char *message, size_t leng
 int CStowSystem_stderr_is_journal(const char *journal_stream);
 
 #endif
+
+/// Raises this process's soft limit of open descriptors to its hard limit; returns the soft limit
+/// in force afterwards (-1 if it cannot be read).
+long long CStowSystem_raise_file_limit(void);

@@ -1,5 +1,6 @@
 import CStowSystem
 public import Foundation
+import Synchronization
 import SystemPackage
 #if canImport(Glibc)
 import Glibc
@@ -14,12 +15,18 @@ public final class CacheFile: Sendable {
     public let descriptor: Int32
     public let path: String
 
+    /// CacheFile objects alive in this process, each holding a descriptor. A file written and not
+    /// stored yet holds one until its upload: the engine makes creates wait when this nears the
+    /// process's limit (`StowFileSystem.waitForDescriptors`).
+    static let openCount = Atomic<Int>(0)
+
     /// Opens (creating if needed) `path` for reading and writing.
     public init(path: String, truncate: Bool = false) throws(FSError) {
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | (truncate ? O_TRUNC : 0), 0o600)
         guard fd >= 0 else { throw FSError.io("cannot open \(path): \(String(cString: strerror(errno)))") }
         descriptor = fd
         self.path = path
+        Self.openCount.add(1, ordering: .relaxed)
     }
 
     /// Opens `path` for reading and writing if it exists (not made anew).
@@ -28,9 +35,13 @@ public final class CacheFile: Sendable {
         guard fd >= 0 else { throw FSError.io("cannot open \(path): \(String(cString: strerror(errno)))") }
         descriptor = fd
         self.path = path
+        Self.openCount.add(1, ordering: .relaxed)
     }
 
-    deinit { close(descriptor) }
+    deinit {
+        close(descriptor)
+        Self.openCount.subtract(1, ordering: .relaxed)
+    }
 
     /// The inode number of the open file (it stays the file's while the descriptor is open, even
     /// if the path is removed).

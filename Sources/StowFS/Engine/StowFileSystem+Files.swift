@@ -17,6 +17,44 @@ extension StowFileSystem {
         return made
     }
 
+    /// Whether a create must wait for uploads first (`waitForDescriptors`): cheap, asked by
+    /// FuseKit before it answers a create on its own thread.
+    public var mustWaitForDescriptors: Bool { CacheFile.openCount.load(ordering: .relaxed) >= cacheFileLimit }
+
+    /// Waits until fewer than `cacheFileLimit` cache files are open: uploads that land close
+    /// theirs. Fails with EIO, and a reason in the log, if none closes for two minutes (the server
+    /// away, or uploads paused, while files keep coming).
+    public func waitForDescriptors() async throws(FSError) {
+        var lowest = CacheFile.openCount.load(ordering: .relaxed)
+        guard lowest >= cacheFileLimit else { return }
+        let warn = descriptorWarning.withLock { last in
+            defer { if last.map({ .now - $0 > .seconds(10) }) ?? true { last = .now } }
+            return last.map { .now - $0 > .seconds(10) } ?? true
+        }
+        if warn {
+            logger.warning("\(lowest) files written here wait for their upload, each holding a descriptor (at most \(cacheFileLimit)): new files wait until some are stored")
+        }
+        var progressed = ContinuousClock.now
+        while true {
+            let open = CacheFile.openCount.load(ordering: .relaxed)
+            if open < cacheFileLimit { return }
+            if open < lowest {
+                lowest = open
+                progressed = .now
+            }
+            if ContinuousClock.now - progressed > Self.descriptorWaitLimit {
+                throw FSError.io("\(open) files written here wait for their upload, each holding a descriptor (at most \(cacheFileLimit)), and none was stored for \(Self.descriptorWaitLimit)")
+            }
+            do {
+                try await Task.sleep(for: .milliseconds(10))
+            } catch {
+                throw FSError.interrupted
+            }
+        }
+    }
+
+    static let descriptorWaitLimit: Duration = .seconds(120)
+
     /// `O_CREAT|O_EXCL` decided here, without a round trip, in a folder whose exclusive creates
     /// this mount holds: one it made, whose `names` lease it took (`takeNamesLease`), while the
     /// change feed (which brings a recall) is connected. That is what `cp -r`, `tar x` and `rsync`

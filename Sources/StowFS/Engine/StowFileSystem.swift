@@ -1,3 +1,4 @@
+import CStowSystem
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -55,6 +56,14 @@ public final class StowFileSystem: Sendable {
     let locks: LockState
     /// Until when exclusive creates are decided here without asking (the server did not answer one).
     let exclusiveOffline = Mutex<ContinuousClock.Instant?>(nil)
+    /// Cache files open at once (`CacheFile.openCount`) before a create waits for uploads to
+    /// store some: half the process's descriptor limit, which `init` raises to its hard limit.
+    /// Each file written and not stored yet holds its copy open, and a mount that ran out of
+    /// descriptors answered EIO to every create (a folder of 100,000 files, written faster than
+    /// they were stored).
+    public let cacheFileLimit: Int
+    /// When a create last logged that it waits for descriptors.
+    let descriptorWarning = Mutex<ContinuousClock.Instant?>(nil)
     let logger: Logger
     let state: Mutex<State>
     let filesDirectory: String
@@ -196,6 +205,8 @@ public final class StowFileSystem: Sendable {
         self.store = store
         self.logger = logger
         locks = LockState(sessionID: configuration.origin)
+        let descriptors = CStowSystem_raise_file_limit()
+        cacheFileLimit = descriptors > 0 ? max(64, Int(min(descriptors, 1 << 30)) / 2) : 512
         let dir = configuration.cacheDirectory
         filesDirectory = dir + "/files"
         try FileManager.default.createDirectory(atPath: filesDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
