@@ -17,11 +17,18 @@ public enum WireJSONReading {
 
     static func browse(_ r: inout JSONReader) throws(JSONReader.Failure) -> BrowseResponse {
         var items: [FileRecord]?, folders: [FileRecord]?, page: PageInfo?
+        var seen = SeenKeys()
         try r.object { r, key throws(JSONReader.Failure) in
             switch key {
-            case "items": items = try records(&r)
-            case "folders": folders = try records(&r)
-            case "page": page = try pageInfo(&r)
+            case "items":
+                try seen.first(0)
+                items = try records(&r)
+            case "folders":
+                try seen.first(1)
+                folders = try records(&r)
+            case "page":
+                try seen.first(2)
+                page = try pageInfo(&r)
             default: try r.skipValue()
             }
         }
@@ -31,10 +38,15 @@ public enum WireJSONReading {
 
     static func search(_ r: inout JSONReader) throws(JSONReader.Failure) -> SearchResponse {
         var items: [FileRecord]?, next: String?
+        var seen = SeenKeys()
         try r.object { r, key throws(JSONReader.Failure) in
             switch key {
-            case "items": items = try records(&r)
-            case "next_cursor": next = try r.optional { r throws(JSONReader.Failure) in try r.string() }
+            case "items":
+                try seen.first(0)
+                items = try records(&r)
+            case "next_cursor":
+                try seen.first(1)
+                next = try r.optional { r throws(JSONReader.Failure) in try r.string() }
             default: try r.skipValue()
             }
         }
@@ -50,14 +62,27 @@ public enum WireJSONReading {
 
     static func pageInfo(_ r: inout JSONReader) throws(JSONReader.Failure) -> PageInfo {
         var type: String?, current: Int?, size: Int?, total: Int?, hasNext: Bool?, nextId: String?
+        var seen = SeenKeys()
         try r.object { r, key throws(JSONReader.Failure) in
             switch key {
-            case "type": type = try r.string()
-            case "current": current = Int(try r.int64())
-            case "size": size = Int(try r.int64())
-            case "item_total": total = Int(try r.int64())
-            case "has_next": hasNext = try r.bool()
-            case "next_id": nextId = try r.optional { r throws(JSONReader.Failure) in try r.string() }
+            case "type":
+                try seen.first(0)
+                type = try r.string()
+            case "current":
+                try seen.first(1)
+                current = Int(try r.int64())
+            case "size":
+                try seen.first(2)
+                size = Int(try r.int64())
+            case "item_total":
+                try seen.first(3)
+                total = Int(try r.int64())
+            case "has_next":
+                try seen.first(4)
+                hasNext = try r.bool()
+            case "next_id":
+                try seen.first(5)
+                nextId = try r.optional { r throws(JSONReader.Failure) in try r.string() }
             default: try r.skipValue()
             }
         }
@@ -67,11 +92,18 @@ public enum WireJSONReading {
 
     static func cdn(_ r: inout JSONReader) throws(JSONReader.Failure) -> CDNLink {
         var url: String?, absolute: String?, relative: String?
+        var seen = SeenKeys()
         try r.object { r, key throws(JSONReader.Failure) in
             switch key {
-            case "url": url = try r.string()
-            case "absolute_url": absolute = try r.string()
-            case "relative_url": relative = try r.string()
+            case "url":
+                try seen.first(0)
+                url = try r.string()
+            case "absolute_url":
+                try seen.first(1)
+                absolute = try r.string()
+            case "relative_url":
+                try seen.first(2)
+                relative = try r.string()
             default: try r.skipValue()
             }
         }
@@ -89,38 +121,93 @@ public enum WireJSONReading {
             guard let v = UInt32(exactly: try r.int64()) else { throw JSONReader.Failure() }
             return v
         }
+        var seen = SeenKeys()
         try r.object { r, key throws(JSONReader.Failure) in
             switch key {
-            case "_id": id = try r.string()
-            case "file_name": fileName = try r.string()
-            case "file_path": filePath = try r.string()
-            case "content_type": contentType = try r.string()
-            case "namespace": namespace = try r.string()
-            case "operation": operation = try r.string()
-            case "size": size = try r.int64()
-            case "cdn": cdnLink = try cdn(&r)
-            case "success": success = try r.bool()
-            case "tags": tags = try r.strings()
-            case "created_on": createdOn = try r.string()
-            case "modified_on": modifiedOn = try r.string()
-            case "etag": etag = try r.string()
-            case "sha256": sha256 = try r.optional { r throws(JSONReader.Failure) in try r.string() }
-            case "metadata": metadata = try r.stringMap()
-            case "public": isPublic = try r.bool()
+            case "_id":
+                try seen.first(0)
+                id = try r.string()
+            case "file_name":
+                try seen.first(1)
+                fileName = try r.string()
+            case "file_path":
+                try seen.first(2)
+                filePath = try r.string()
+            case "content_type":
+                try seen.first(3)
+                contentType = try r.string()
+            case "namespace":
+                try seen.first(4)
+                namespace = try r.string()
+            case "operation":
+                try seen.first(5)
+                operation = try r.string()
+            case "size":
+                try seen.first(6)
+                size = try r.int64()
+            case "cdn":
+                try seen.first(7)
+                cdnLink = try cdn(&r)
+            case "success":
+                try seen.first(8)
+                success = try r.bool()
+            case "tags":
+                try seen.first(9)
+                tags = try r.strings()
+            case "created_on":
+                try seen.first(10)
+                createdOn = try r.string()
+            case "modified_on":
+                try seen.first(11)
+                modifiedOn = try r.string()
+            case "etag":
+                try seen.first(12)
+                etag = try r.string()
+            case "sha256":
+                try seen.first(13)
+                sha256 = try r.optional { r throws(JSONReader.Failure) in try r.string() }
+            case "metadata":
+                try seen.first(14)
+                metadata = try r.stringMap()
+            case "public":
+                try seen.first(15)
+                isPublic = try r.bool()
             case "kind":
+                try seen.first(16)
                 guard let k = NodeKind(rawValue: try r.string()) else { throw JSONReader.Failure() }
                 kind = k
-            case "inode": inode = try r.uint64()
-            case "mode": mode = try r.optional { r throws(JSONReader.Failure) in try u32(&r) }
-            case "uid": uid = try r.optional { r throws(JSONReader.Failure) in try u32(&r) }
-            case "gid": gid = try r.optional { r throws(JSONReader.Failure) in try u32(&r) }
-            case "nlink": nlink = try u32(&r)
-            case "atime_ns": atime = try r.int64()
-            case "mtime_ns": mtime = try r.int64()
-            case "ctime_ns": ctime = try r.int64()
-            case "target": target = try r.optional { r throws(JSONReader.Failure) in try r.string() }
-            case "rdev": rdev = try r.optional { r throws(JSONReader.Failure) in try r.uint64() }
+            case "inode":
+                try seen.first(17)
+                inode = try r.uint64()
+            case "mode":
+                try seen.first(18)
+                mode = try r.optional { r throws(JSONReader.Failure) in try u32(&r) }
+            case "uid":
+                try seen.first(19)
+                uid = try r.optional { r throws(JSONReader.Failure) in try u32(&r) }
+            case "gid":
+                try seen.first(20)
+                gid = try r.optional { r throws(JSONReader.Failure) in try u32(&r) }
+            case "nlink":
+                try seen.first(21)
+                nlink = try u32(&r)
+            case "atime_ns":
+                try seen.first(22)
+                atime = try r.int64()
+            case "mtime_ns":
+                try seen.first(23)
+                mtime = try r.int64()
+            case "ctime_ns":
+                try seen.first(24)
+                ctime = try r.int64()
+            case "target":
+                try seen.first(25)
+                target = try r.optional { r throws(JSONReader.Failure) in try r.string() }
+            case "rdev":
+                try seen.first(26)
+                rdev = try r.optional { r throws(JSONReader.Failure) in try r.uint64() }
             case "upload":
+                try seen.first(27)
                 // An upload link (not in listings): JSONDecoder reads those.
                 guard try r.peek() == UInt8(ascii: "n") else { throw JSONReader.Failure() }
                 try r.skipValue()
@@ -136,6 +223,17 @@ public enum WireJSONReading {
             size: size, upload: nil, cdn: cdnLink, success: success, tags: tags, createdOn: createdOn, modifiedOn: modifiedOn, etag: etag,
             sha256: sha256, metadata: metadata, isPublic: isPublic, kind: kind, inode: inode, mode: mode, uid: uid, gid: gid, nlink: nlink,
             atimeNs: atime, mtimeNs: mtime, ctimeNs: ctime, target: target, rdev: rdev)
+    }
+}
+
+/// The keys of one object read so far: a key given twice is left to JSONDecoder (which keeps the
+/// first; this reader would keep the last).
+struct SeenKeys {
+    var bits: UInt64 = 0
+    mutating func first(_ index: Int) throws(JSONReader.Failure) {
+        let bit: UInt64 = 1 << UInt64(index)
+        guard bits & bit == 0 else { throw JSONReader.Failure() }
+        bits |= bit
     }
 }
 
@@ -394,7 +492,11 @@ struct JSONReader {
 
     mutating func stringMap() throws(Failure) -> [String: String] {
         var out: [String: String] = [:]
-        try object { r, key throws(Failure) in out[key.string] = try r.string() }
+        try object { r, key throws(Failure) in
+            let k = key.string
+            guard out[k] == nil else { throw Failure() }
+            out[k] = try r.string()
+        }
         return out
     }
 
@@ -407,10 +509,30 @@ struct JSONReader {
         case UInt8(ascii: "t"), UInt8(ascii: "f"): _ = try bool()
         case UInt8(ascii: "n"): try literal("null")
         default:
-            // A number, of any form.
-            let start = at
-            while at < bytes.count, "+-0123456789.eE".utf8.contains(bytes[at]) { at += 1 }
-            guard at > start else { throw Failure() }
+            try skipNumber()
+        }
+    }
+
+    /// A number as JSON writes it: `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`.
+    private mutating func skipNumber() throws(Failure) {
+        func isDigit(_ i: Int) -> Bool { i < bytes.count && bytes[i] >= UInt8(ascii: "0") && bytes[i] <= UInt8(ascii: "9") }
+        if at < bytes.count, bytes[at] == UInt8(ascii: "-") { at += 1 }
+        guard isDigit(at) else { throw Failure() }
+        if bytes[at] == UInt8(ascii: "0") {
+            at += 1
+        } else {
+            while isDigit(at) { at += 1 }
+        }
+        if at < bytes.count, bytes[at] == UInt8(ascii: ".") {
+            at += 1
+            guard isDigit(at) else { throw Failure() }
+            while isDigit(at) { at += 1 }
+        }
+        if at < bytes.count, bytes[at] == UInt8(ascii: "e") || bytes[at] == UInt8(ascii: "E") {
+            at += 1
+            if at < bytes.count, bytes[at] == UInt8(ascii: "+") || bytes[at] == UInt8(ascii: "-") { at += 1 }
+            guard isDigit(at) else { throw Failure() }
+            while isDigit(at) { at += 1 }
         }
     }
 }

@@ -224,9 +224,12 @@ struct NewcomerTests {
         defer { m.cleanup() }
         try m.startServer()
         try m.mountFS(extra: ["--metrics", "127.0.0.1:0", "--log-level", "info"])
-        let url = try #require(
-            m.logText.split(separator: "\n").compactMap { line in line.range(of: "metrics at ").map { String(line[$0.upperBound...]) } }.first,
-            "\(m.logText)")
+        // The address is logged once the mount is up, which the harness may see first.
+        func logged() -> String? {
+            m.logText.split(separator: "\n").compactMap { line in line.range(of: "metrics at ").map { String(line[$0.upperBound...]) } }.first
+        }
+        for _ in 0..<100 where logged() == nil { usleep(100_000) }
+        let url = try #require(logged(), "\(m.logText)")
         #expect(url.hasPrefix("http://127.0.0.1:") && url.hasSuffix("/metrics"), "\(url)")
         func scrape(_ address: String = url) throws -> [String: Double] {
             let text = try m.sh("curl -sf \(address)")

@@ -143,6 +143,21 @@ struct WireJSONReaderTests {
             #expect(changed != doc)
             #expect(Self.fast(changed) == nil, "\(to)")
         }
+        // A key given twice (JSONDecoder keeps the first, this reader would keep the last), in a
+        // record, in a map of metadata and at the top: left to JSONDecoder.
+        for (from, to) in [(#""size":12"#, #""size":12,"size":13"#), (#""k":"v""#, #""k":"v","k":"w""#),
+                           (#""has_next":false"#, #""has_next":false,"has_next":true"#)] {
+            let changed = Data(String(decoding: doc, as: UTF8.self).replacingOccurrences(of: from, with: to).utf8)
+            #expect(changed != doc)
+            #expect(Self.fast(changed) == nil, "\(to)")
+        }
+        // A number JSON does not allow, under a key the reader passes over: left to JSONDecoder
+        // (which lets some of these through).
+        for bad in ["-", "+1", "01", "1.", "1e", ".5", "1e+", "--1"] {
+            let changed = Data(String(decoding: doc, as: UTF8.self).replacingOccurrences(of: #""n":-1.5e3"#, with: #""n":\#(bad)"#).utf8)
+            #expect(changed != doc)
+            #expect(Self.fast(changed) == nil, "\(bad)")
+        }
         var invalid = doc
         invalid[invalid.firstRange(of: Data("caf".utf8))!.upperBound - 1] = 0xFF
         #expect(Self.fast(invalid) == nil && Self.foundation(invalid) == nil)

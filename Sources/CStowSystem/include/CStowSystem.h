@@ -74,8 +74,8 @@ int CStowSystem_notify(const char *socket_path, const char *message, size_t leng
 /// set by systemd when it connects a service's output to the journal): 1 if so, else 0.
 int CStowSystem_stderr_is_journal(const char *journal_stream);
 
-#endif
-
 /// Raises this process's soft limit of open descriptors to its hard limit; returns the soft limit
 /// in force afterwards (-1 if it cannot be read).
 long long CStowSystem_raise_file_limit(void);
+
+#endif

@@ -227,9 +227,14 @@ extension StowFileSystem {
                 case .recall:
                     // Another client waits to create a name here exclusively: from now on this
                     // mount asks the server too, and lets the lease go once its files are stored.
-                    if let dir = s.byRemote[c.ino], s.inodes[dir]?.directory != nil { s.inodes[dir]?.directory?.madeHere = false }
+                    if let dir = s.byRemote[c.ino], s.inodes[dir]?.directory != nil {
+                        s.inodes[dir]?.directory?.madeHere = false
+                    } else {
+                        s.namedBeforeKnown[c.ino] = .now
+                    }
                     recalls.append(c.ino)
                 case .entry:
+                    if let parent = c.parent, s.byRemote[parent] == nil { s.namedBeforeKnown[parent] = .now }
                     guard let parent = c.parent, let p = s.byRemote[parent], let name = c.name, s.inodes[p]?.directory != nil else { continue }
                     if let child = s.inodes[p]?.directory?.children[name], let file = dropCleanCopy(&s, child) { released.append(file) }
                     if let child = s.inodes[p]?.directory?.children[name], let e = s.inodes[child], e.hasLocalState { continue }
@@ -254,6 +259,10 @@ extension StowFileSystem {
                     }
                     add(.inode(i))
                 }
+            }
+            if s.namedBeforeKnown.count > 4096 {
+                let old = ContinuousClock.now - .seconds(60)
+                s.namedBeforeKnown = s.namedBeforeKnown.filter { $0.value > old }
             }
         }
         if counted {

@@ -19,13 +19,16 @@ extension StowFileSystem {
 
     /// Whether a create must wait for uploads first (`waitForDescriptors`): cheap, asked by
     /// FuseKit before it answers a create on its own thread.
-    public var mustWaitForDescriptors: Bool { CacheFile.openCount.load(ordering: .relaxed) >= cacheFileLimit }
+    public var mustWaitForDescriptors: Bool { heldDescriptors >= cacheFileLimit }
+
+    /// Cache files open, but for the pool's spare ones (a create takes one of those, and opens none).
+    var heldDescriptors: Int { CacheFile.openCount.load(ordering: .relaxed) - cacheFiles.count }
 
     /// Waits until fewer than `cacheFileLimit` cache files are open: uploads that land close
     /// theirs. Fails with EIO, and a reason in the log, if none closes for two minutes (the server
     /// away, or uploads paused, while files keep coming).
     public func waitForDescriptors() async throws(FSError) {
-        var lowest = CacheFile.openCount.load(ordering: .relaxed)
+        var lowest = heldDescriptors
         guard lowest >= cacheFileLimit else { return }
         let warn = descriptorWarning.withLock { last in
             defer { if last.map({ .now - $0 > .seconds(10) }) ?? true { last = .now } }
@@ -36,7 +39,7 @@ extension StowFileSystem {
         }
         var progressed = ContinuousClock.now
         while true {
-            let open = CacheFile.openCount.load(ordering: .relaxed)
+            let open = heldDescriptors
             if open < cacheFileLimit { return }
             if open < lowest {
                 lowest = open

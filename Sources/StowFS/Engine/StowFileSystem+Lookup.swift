@@ -292,7 +292,7 @@ extension StowFileSystem {
             let mid = (low + high) / 2
             if listing[mid].offset <= offset { low = mid + 1 } else { high = mid }
         }
-        let page = listing[low..<min(listing.count, low + max(0, limit))]
+        let page = listing[low..<(low + min(max(0, limit), listing.count - low))]
         if !plus { return page.map { DirectoryEntry(name: $0.name, ino: $0.ino, kind: $0.kind, offset: $0.offset, entry: nil) } }
         return Array(page)
     }
@@ -357,6 +357,9 @@ extension StowFileSystem {
     @discardableResult
     func refreshDirectory(_ ino: InodeNumber, cap: Int?) async throws(FSError) -> Bool {
         let started = ContinuousClock.now
+        // Held past the TTL only if the feed was followed before the listing began: a change made
+        // before its first answer is never delivered (it starts from the head).
+        let held = feedHolds()
         let location = try state.withLock { (s: inout State) throws(FSError) -> Location in try self.location(s, ino) }
         var names: [FileName: InodeNumber] = [:]
         var complete = true
@@ -416,7 +419,7 @@ extension StowFileSystem {
                 // its way (it may not show that change).
                 let expiredMeanwhile = dir.expiredAt.map { $0 >= started } == true
                 dir.validUntil = expiredMeanwhile ? .now : .now + configuration.attributeTTL
-                dir.heldByFeed = !expiredMeanwhile
+                dir.heldByFeed = held && !expiredMeanwhile
                 dir.negative = recentlyRemoved
             }
             for (name, child) in names where dir.children[name] == nil || s.inodes[dir.children[name]!]?.hasLocalState != true {

@@ -23,6 +23,8 @@ extension StowFileSystem {
                 return entry(s.inodes[ino]!)
             }
         }
+        // The feed followed from before the folder exists: it will name any change made in it.
+        let held = feedHolds()
         let record = try await remote {
             try await store.makeFolder(ns, location.path, FolderRequest(mode: mode & 0o7777, uid: caller.uid, gid: caller.gid, parents: false, existOk: false))
         }
@@ -33,8 +35,16 @@ extension StowFileSystem {
             let ino = upsert(&s, record, parent: parent, name: name)
             s.inodes[ino]?.lookups += 1
             s.inodes[ino]?.changedAt = .now
-            // Just made: it is known to be empty, so lookups in it need not ask the server.
-            s.inodes[ino]?.directory = DirectoryState(children: [:], complete: true, validUntil: .now + configuration.attributeTTL, heldByFeed: true, madeHere: leased)
+            // Just made: it is known to be empty, so lookups in it need not ask the server —
+            // unless the feed named it before this mount knew it (another client wrote into it
+            // already, or asked for its names): then it is listed like any other folder.
+            if s.namedBeforeKnown.removeValue(forKey: record.inode) != nil {
+                s.inodes[ino]?.directory = DirectoryState()
+                if leased { Task { await self.relinquishNamesLease(ns, folder: record.inode) } }
+            } else {
+                s.inodes[ino]?.directory = DirectoryState(
+                    children: [:], complete: true, validUntil: .now + configuration.attributeTTL, heldByFeed: held, madeHere: leased)
+            }
             s.inodes[parent]?.attributes.nlink += 1
             touchDirectory(&s, parent)
             return entry(s.inodes[ino]!)

@@ -192,6 +192,11 @@ public final class StowFileSystem: Sendable {
         var nextLocal: InodeNumber = .firstLocal
         /// Which inode each owed upload belongs to.
         var uploadOwner: [Int64: InodeNumber] = [:]
+        /// Server folders the change feed named (another client changed a name in them, or asked
+        /// for their names lease) before this mount knew them, and when: a folder this mount makes
+        /// is known only once its `makeFolder` answers, and a change in it meanwhile would be lost
+        /// — then the folder is not taken as empty (`mkdir`). Kept a minute.
+        var namedBeforeKnown: [UInt64: ContinuousClock.Instant] = [:]
         /// Uploads recovered from the journal that no inode has claimed yet.
         var recovered: [Location: UploadJournal.Record] = [:]
         /// Namespaces (the root listing of a `--all` mount), cached.
