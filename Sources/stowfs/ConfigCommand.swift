@@ -21,7 +21,7 @@ struct SettingsFlags: ParsableArguments {
     @Option(help: "Size bound of the block cache (default 2G).")
     var cacheSize: String?
 
-    @Option(help: "Seconds that attributes and listings from the server are trusted (default 5).")
+    @Option(help: "Seconds that attributes from the server are trusted, and listings while the change feed is not followed (default 5).")
     var attrTTL: String?
 
     @Option(help: "Uploads in flight at once (default 8).")
