@@ -148,6 +148,7 @@ let package = Package(
             dependencies: [
                 "StowFS", "StorageClient", "StorageProtocol",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: testSettings

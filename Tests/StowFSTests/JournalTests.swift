@@ -1,0 +1,103 @@
+import Foundation
+import GRDB
+import StorageProtocol
+import Synchronization
+import Testing
+@testable import StowFS
+
+@Suite("engine: the upload journal's group commit")
+struct JournalTests {
+    static func tempPath() -> (dir: String, path: String) {
+        let dir = FileManager.default.temporaryDirectory.path + "/stowfs-journal-\(UUID().uuidString.prefix(8))"
+        try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        return (dir, dir + "/journal.sqlite")
+    }
+
+    /// Runs `body(0..<n)` on n threads of their own at once (`concurrentPerform` runs as many as
+    /// there are cores, and on 2 cores they may not overlap at all).
+    static func onThreads(_ n: Int, _ body: @escaping @Sendable (Int) -> Void) {
+        let done = DispatchGroup()
+        for t in 0..<n {
+            done.enter()
+            Thread.detachNewThread {
+                body(t)
+                done.leave()
+            }
+        }
+        done.wait()
+    }
+
+    @Test("records written from 8 threads at once share commits, and every one is on disk when its insert returns", .timeLimit(.minutes(1)))
+    func concurrentInserts() throws {
+        let (dir, path) = Self.tempPath()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ns = try Namespace("group")
+        let threads = 8, each = 60
+        let ids = Mutex<[Int: Int64]>([:])
+        do {
+            let journal = try UploadJournal(path: path)
+            Self.onThreads(threads) { t in
+                for i in 0..<each {
+                    let n = t * each + i
+                    let location = Location(namespace: ns, path: try! StoragePath("t\(t)/f\(i)"))
+                    let id = try! journal.insert(
+                        location: location, cacheFile: "/cache/\(n)", size: Int64(n), params: UploadParams(), contentType: nil, tags: nil,
+                        patch: nil, state: .held, content: Data("content \(n)".utf8))
+                    ids.withLock { $0[n] = id }
+                }
+            }
+            // Without the group commit every insert is a commit of its own: this stays 0.
+            #expect(journal.sharedCommits > 0)
+        }
+        let all = ids.withLock { $0 }
+        #expect(all.count == threads * each)
+        #expect(Set(all.values).count == threads * each)
+        // What a new mount reads back: each record, with its own location and size.
+        let records = try UploadJournal(path: path).all()
+        #expect(records.count == threads * each)
+        let byID = Dictionary(uniqueKeysWithValues: records.map { ($0.id, $0) })
+        for (n, id) in all {
+            let r = try #require(byID[id])
+            #expect(r.size == Int64(n))
+            #expect(r.cacheFile == "/cache/\(n)")
+            #expect(r.location.path.string == "t\(n / each)/f\(n % each)")
+            #expect(r.state == .held)
+        }
+    }
+
+    @Test("a write that fails in a shared commit is undone alone: the others in it are kept", .timeLimit(.minutes(1)))
+    func failureIsolated() throws {
+        let (dir, path) = Self.tempPath()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        struct Refused: Error {}
+        let journal = try UploadJournal(path: path)
+        let outcomes = Mutex<[Int: Bool]>([:])
+        Self.onThreads(8) { t in
+            for i in 0..<40 {
+                let n = t * 40 + i
+                let ok: Bool
+                do {
+                    _ = try journal.grouped { db in
+                        try db.execute(
+                            sql: "INSERT INTO uploads(namespace, path, cache_file, size, params, state, created) VALUES ('g', ?, '', 0, '{}', 'queued', 0)",
+                            arguments: ["f\(n)"])
+                        // Every third write fails after its row went in: that row must not stay.
+                        if n % 3 == 0 { throw Refused() }
+                        return db.lastInsertedRowID
+                    }
+                    ok = true
+                } catch {
+                    ok = false
+                }
+                outcomes.withLock { $0[n] = ok }
+            }
+        }
+        let kept = Set(try journal.all().map(\.location.path.string))
+        for (n, ok) in outcomes.withLock({ $0 }) {
+            #expect(ok == (n % 3 != 0))
+            #expect(kept.contains("f\(n)") == ok)
+        }
+        #expect(kept.count == (0..<320).filter { $0 % 3 != 0 }.count)
+        #expect(journal.sharedCommits > 0)
+    }
+}
