@@ -72,7 +72,7 @@ extension StowFileSystem {
     private func create(parent: InodeNumber, name: String, mode: UInt32, caller: Caller, exclusive: Bool) throws(FSError) -> (Entry, OpenedFile)? {
         try Self.validate(name: name)
         guard !configuration.readOnly else { throw FSError.readOnly }
-        let file = try cacheFiles.take(orCreateAt: newCacheFilePath())
+        let file = try cacheFiles.take()
         return try state.withLock { (s: inout State) throws(FSError) -> (Entry, OpenedFile)? in
             // A copy of the folder's entry must not live past here: it shares the folder's
             // `children`, and adding the new name below would then copy all of them (a create in a
@@ -186,7 +186,7 @@ extension StowFileSystem {
             }
         }
         exclusiveOffline.withLock { $0 = nil }
-        let file = try cacheFiles.take(orCreateAt: newCacheFilePath())
+        let file = try cacheFiles.take()
         return try state.withLock { (s: inout State) throws(FSError) -> (Entry, OpenedFile) in
             guard s.inodes[parent] != nil else { throw FSError.notFound }
             if let old = s.inodes[parent]?.directory?.children[FileName(name)], var o = s.inodes[old], o.remote?.ino != record.inode {
@@ -280,7 +280,7 @@ extension StowFileSystem {
     }
 
     private func openLocked(_ ino: InodeNumber, write: Bool, truncate: Bool) throws(FSError) -> OpenedFile {
-        let newFile: CacheFile? = write && truncate ? try cacheFiles.take(orCreateAt: newCacheFilePath()) : nil
+        let newFile: CacheFile? = write && truncate ? try cacheFiles.take() : nil
         return try state.withLock { (s: inout State) throws(FSError) -> OpenedFile in
             var e = try inode(s, ino)
             if write {

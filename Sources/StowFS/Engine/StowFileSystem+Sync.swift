@@ -134,7 +134,10 @@ extension StowFileSystem {
     }
 
     /// Stops the background uploads (after `sync`, for a clean unmount).
-    public func stop() async { await queue.stop() }
+    public func stop() async {
+        cacheFiles.stop()
+        await queue.stop()
+    }
 
     /// After a clean unmount (the queue stopped): what this mount knew is kept for the next one —
     /// the block cache's index (`BlockCache.persist`) and the tree (`writeSnapshot`), so that a

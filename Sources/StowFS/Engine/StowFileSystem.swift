@@ -45,8 +45,8 @@ public final class StowFileSystem: Sendable {
     let fetching = InflightBlocks()
     let inodeLocks = InodeLocks()
     let flushLocks = FlushLocks()
-    /// Uploaded local copies, emptied for the next file.
-    let cacheFiles = CacheFilePool()
+    /// Empty local copies for the next files written here: made ahead, or emptied after upload.
+    let cacheFiles: CacheFilePool
     let streamSupport = StreamSupport()
     /// `stowfs pause`: read from the FUSE threads (no stream starts while it is set).
     let uploadsPaused = Atomic<Bool>(false)
@@ -214,6 +214,7 @@ public final class StowFileSystem: Sendable {
         cacheFileLimit = descriptors > 0 ? max(64, Int(min(descriptors, 1 << 30)) / 2) : 512
         let dir = configuration.cacheDirectory
         filesDirectory = dir + "/files"
+        cacheFiles = CacheFilePool(directory: filesDirectory)
         try FileManager.default.createDirectory(atPath: filesDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let journal = try UploadJournal(path: dir + "/journal.sqlite")
         queue = try UploadQueue(
@@ -251,11 +252,11 @@ public final class StowFileSystem: Sendable {
         state = Mutex(s)
         if !recovered.isEmpty { logger.info("resuming \(recovered.count) upload(s) left from the last mount") }
         await queue.setOnFinished { [weak self] finished in self?.uploadFinished(finished) }
-        // Files the journal no longer names are left from a crash between an upload's end and its cleanup.
+        // Files the journal no longer names: the last mount's spares, or copies left by a crash
+        // between an upload's end and its cleanup. Emptied and kept for the next files.
         let owed = Set(recovered.map(\.cacheFile))
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: filesDirectory)) ?? [] where !owed.contains(filesDirectory + "/" + name) {
-            Glibc.unlink(filesDirectory + "/" + name)
-        }
+        cacheFiles.adopt(
+            ((try? FileManager.default.contentsOfDirectory(atPath: filesDirectory)) ?? []).map { filesDirectory + "/" + $0 }.filter { !owed.contains($0) })
     }
 
     /// Starts the background uploads.
@@ -451,7 +452,7 @@ public final class StowFileSystem: Sendable {
     }
 
     /// A fresh path for a local copy.
-    func newCacheFilePath() -> String { filesDirectory + "/" + UUID().uuidString.lowercased() }
+    func newCacheFilePath() -> String { cacheFiles.newPath() }
 
     /// The inode, or `notFound`.
     func inode(_ s: State, _ ino: InodeNumber) throws(FSError) -> InodeEntry {
