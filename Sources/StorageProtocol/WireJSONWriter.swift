@@ -8,9 +8,10 @@ public protocol WireJSONWritable: Encodable {
     func writeWireJSON(to out: inout [UInt8])
 }
 
-/// Pieces of JSON, as JSONEncoder (with WireJSON's options) writes them.
-enum JSONOut {
-    static func string(_ s: String, _ out: inout [UInt8]) {
+/// Pieces of JSON, as JSONEncoder (with WireJSON's options) writes them. Public for the mount's
+/// own files written the same way (its tree snapshot).
+public enum JSONOut {
+    public static func string(_ s: String, _ out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
         for byte in s.utf8 {
             switch byte {
@@ -33,7 +34,7 @@ enum JSONOut {
     }
 
     /// `"key":`, for keys known to need no escaping.
-    static func key(_ k: StaticString, _ out: inout [UInt8], first: Bool = false) {
+    public static func key(_ k: StaticString, _ out: inout [UInt8], first: Bool = false) {
         if !first { out.append(UInt8(ascii: ",")) }
         out.append(UInt8(ascii: "\""))
         k.withUTF8Buffer { out.append(contentsOf: $0) }
@@ -41,15 +42,15 @@ enum JSONOut {
         out.append(UInt8(ascii: ":"))
     }
 
-    static func number(_ n: some BinaryInteger, _ out: inout [UInt8]) {
+    public static func number(_ n: some BinaryInteger, _ out: inout [UInt8]) {
         out.append(contentsOf: String(n).utf8)
     }
 
-    static func bool(_ b: Bool, _ out: inout [UInt8]) {
+    public static func bool(_ b: Bool, _ out: inout [UInt8]) {
         out.append(contentsOf: (b ? "true" : "false").utf8)
     }
 
-    static func strings(_ list: [String], _ out: inout [UInt8]) {
+    public static func strings(_ list: [String], _ out: inout [UInt8]) {
         out.append(UInt8(ascii: "["))
         for (i, s) in list.enumerated() {
             if i > 0 { out.append(UInt8(ascii: ",")) }
@@ -59,7 +60,7 @@ enum JSONOut {
     }
 
     /// A map of strings, its keys sorted by their UTF-8 bytes (as JSONEncoder sorts them).
-    static func map(_ map: [String: String], _ out: inout [UInt8]) {
+    public static func map(_ map: [String: String], _ out: inout [UInt8]) {
         out.append(UInt8(ascii: "{"))
         for (i, k) in map.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }).enumerated() {
             if i > 0 { out.append(UInt8(ascii: ",")) }

@@ -54,9 +54,14 @@ public final class CacheFile: Sendable {
     /// Puts `data` at `path` whole or not at all: written to a temporary file, synced, renamed over
     /// `path`, and the folder synced (a power cut leaves the old file or the new one, never a part).
     public static func replace(_ path: String, with data: Data) throws(FSError) {
+        try replace(path) { (out: CacheFile) throws(FSError) in try out.write(Array(data), at: 0) }
+    }
+
+    /// `replace`, with the content written by `write` (at offsets from 0, in as many pieces as it likes).
+    public static func replace(_ path: String, writing write: (CacheFile) throws(FSError) -> Void) throws(FSError) {
         let temporary = path + ".tmp"
         let out = try CacheFile(path: temporary, truncate: true)
-        try out.write(Array(data), at: 0)
+        try write(out)
         try out.sync()
         guard Glibc.rename(temporary, path) == 0 else { throw FSError.io("cannot write \(path): \(String(cString: strerror(errno)))") }
         let dir = open((path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
