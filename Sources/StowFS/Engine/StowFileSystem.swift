@@ -158,18 +158,43 @@ public final class StowFileSystem: Sendable {
         var meta = FileMeta()
         var lookups: UInt64 = 0
         var openHandles = 0
-        var local: LocalContent?
+        /// The local copy of a file written here (out of line: most records have none).
+        var local: LocalContent? {
+            get { _local.value }
+            set { _local.value = newValue }
+            _modify { yield &_local.value }
+        }
+        private var _local = OutOfLine<LocalContent>(nil)
         /// The newest upload owed for this inode, and older ones still running.
         var upload: Int64?
         var olderUploads: Set<Int64> = []
         var unlinked = false
-        var directory: DirectoryState?
+        /// A folder's listing state (out of line: only folders have one).
+        var directory: DirectoryState? {
+            get { _directory.value }
+            set { _directory.value = newValue }
+            _modify { yield &_directory.value }
+        }
+        private var _directory: OutOfLine<DirectoryState>
         /// The ETag whose bytes the kernel's page cache may hold.
         var pageCacheETag: String?
         /// When this mount last changed the name or content (a listing older than that does not know it).
         var changedAt: ContinuousClock.Instant?
         /// Snapshots on their way into the queue (their upload id not known yet).
         var submitting = 0
+
+        init(
+            ino: InodeNumber, parent: InodeNumber, name: String, attributes: FileAttributes, validUntil: ContinuousClock.Instant,
+            remote: RemoteInfo? = nil, directory: DirectoryState? = nil
+        ) {
+            self.ino = ino
+            self.parent = parent
+            self.name = name
+            self.attributes = attributes
+            self.validUntil = validUntil
+            self.remote = remote
+            _directory = OutOfLine(directory)
+        }
 
         var kind: NodeKind { attributes.kind }
         var hasLocalState: Bool { local != nil || upload != nil || !olderUploads.isEmpty || submitting > 0 }
