@@ -3,7 +3,7 @@ import StorageProtocol
 import Testing
 @testable import StowFS
 
-@Suite("engine: the tree kept at unmount, written by hand")
+@Suite("engine: the tree and the block index kept at unmount, written by hand")
 struct SnapshotJSONTests {
     typealias Item = StowFileSystem.TreeSnapshot.Item
 
@@ -42,5 +42,25 @@ struct SnapshotJSONTests {
         var bytes: [UInt8] = []
         StowFileSystem.snapshotJSON(empty, chunk: 16) { bytes += $0 }
         #expect(try JSONDecoder().decode(StowFileSystem.TreeSnapshot.self, from: Data(bytes)) == empty)
+    }
+
+    @Test("the block cache's index, written by hand in pieces, reads back as written")
+    func blockIndex() throws {
+        let names = ["\"W/\\\"abc\"", "plain", "ünï\u{1}", ""]
+        let index = BlockCache.Index(
+            blockSize: 1 << 20,
+            files: (0..<300).map { i in
+                BlockCache.Index.Entry(etag: names[i % names.count] + "\(i)", blocks: (0..<(i % 7)).map { Int64($0 * i) }, bytes: Int64.max - Int64(i))
+            })
+        var whole: [UInt8] = []
+        index.writeJSON(chunk: 1 << 20) { whole += $0 }
+        #expect(try JSONDecoder().decode(BlockCache.Index.self, from: Data(whole)) == index)
+        var pieces: [[UInt8]] = []
+        index.writeJSON(chunk: 500) { pieces.append($0) }
+        #expect(pieces.count > 10)
+        #expect(Array(pieces.joined()) == whole)
+        var empty: [UInt8] = []
+        BlockCache.Index(blockSize: 4096, files: []).writeJSON(chunk: 1) { empty += $0 }
+        #expect(try JSONDecoder().decode(BlockCache.Index.self, from: Data(empty)) == BlockCache.Index(blockSize: 4096, files: []))
     }
 }

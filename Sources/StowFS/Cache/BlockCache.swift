@@ -1,5 +1,6 @@
 import Foundation
 import CStowSystem
+import StorageProtocol
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -100,14 +101,49 @@ public final class BlockCache: Sendable {
         unlink(Self.indexPath(directory))
     }
 
-    struct Index: Codable {
-        struct Entry: Codable {
+    struct Index: Codable, Equatable {
+        struct Entry: Codable, Equatable {
             var etag: String
             var blocks: [Int64]
             var bytes: Int64
         }
         var blockSize: Int
         var files: [Entry]
+
+        /// The index as JSON that `readIndex`'s JSONDecoder reads, handed to `emit` in pieces of
+        /// about `chunk` bytes: written by hand, since JSONEncoder built it all as objects first
+        /// (heaptrack at an unmount after 30,000 files: 16 MB).
+        func writeJSON(chunk: Int, _ emit: ([UInt8]) -> Void) {
+            var out: [UInt8] = []
+            out.reserveCapacity(chunk + 4096)
+            out.append(UInt8(ascii: "{"))
+            JSONOut.key("blockSize", &out, first: true)
+            JSONOut.number(blockSize, &out)
+            JSONOut.key("files", &out)
+            out.append(UInt8(ascii: "["))
+            for (i, f) in files.enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                out.append(UInt8(ascii: "{"))
+                JSONOut.key("etag", &out, first: true)
+                JSONOut.string(f.etag, &out)
+                JSONOut.key("blocks", &out)
+                out.append(UInt8(ascii: "["))
+                for (j, b) in f.blocks.enumerated() {
+                    if j > 0 { out.append(UInt8(ascii: ",")) }
+                    JSONOut.number(b, &out)
+                }
+                out.append(UInt8(ascii: "]"))
+                JSONOut.key("bytes", &out)
+                JSONOut.number(f.bytes, &out)
+                out.append(UInt8(ascii: "}"))
+                if out.count >= chunk {
+                    emit(out)
+                    out.removeAll(keepingCapacity: true)
+                }
+            }
+            out.append(contentsOf: Array("]}".utf8))
+            emit(out)
+        }
     }
 
     static func indexPath(_ directory: String) -> String { directory + "/.index.json" }
@@ -137,7 +173,7 @@ public final class BlockCache: Sendable {
         let synced = dir >= 0 && CStowSystem_syncfs(dir) == 0
         if dir >= 0 { close(dir) }
         if !synced { for path in files { try CacheFile(existing: path).sync() } }
-        try CacheFile.replace(Self.indexPath(directory), with: (try? JSONEncoder().encode(index)) ?? Data())
+        try CacheFile.replace(Self.indexPath(directory)) { emit in index.writeJSON(chunk: 1 << 20, emit) }
     }
 
     /// Takes a whole local copy of `etag`'s content (a file just uploaded: the server has exactly

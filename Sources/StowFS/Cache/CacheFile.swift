@@ -57,6 +57,25 @@ public final class CacheFile: Sendable {
         try replace(path) { (out: CacheFile) throws(FSError) in try out.write(Array(data), at: 0) }
     }
 
+    /// `replace`, with the content that `produce` hands to its `emit`, piece after piece (a large
+    /// file written without holding all of it in memory).
+    public static func replace(_ path: String, streaming produce: (_ emit: ([UInt8]) -> Void) -> Void) throws(FSError) {
+        try replace(path) { (out: CacheFile) throws(FSError) in
+            var offset: Int64 = 0
+            var failed: FSError?
+            produce { bytes in
+                guard failed == nil else { return }
+                do throws(FSError) {
+                    try out.write(bytes, at: offset)
+                    offset += Int64(bytes.count)
+                } catch {
+                    failed = error
+                }
+            }
+            if let failed { throw failed }
+        }
+    }
+
     /// `replace`, with the content written by `write` (at offsets from 0, in as many pieces as it likes).
     public static func replace(_ path: String, writing write: (CacheFile) throws(FSError) -> Void) throws(FSError) {
         let temporary = path + ".tmp"
