@@ -210,7 +210,7 @@ public final class StowFileSystem: Sendable {
     }
 
     struct State: Sendable {
-        var inodes: [InodeNumber: InodeEntry] = [:]
+        var inodes = InodeTable()
         var byRemote: [UInt64: InodeNumber] = [:]
         var handles: [UInt64: Handle] = [:]
         var nextHandle: UInt64 = 1
