@@ -100,98 +100,113 @@ extension StowFileSystem {
 
     /// Writes the tree as the mount knows it now (synced, then renamed into place).
     ///
-    /// Written by hand, a megabyte at a time (`snapshotJSON`): JSONEncoder built the whole tree as
-    /// objects first, and at unmount that doubled the mount's memory (heaptrack, 30,000 files:
-    /// 78 MB of the 151 MB peak, where the inode table itself took 34 MB).
+    /// Written by hand, a megabyte at a time, straight from the inode table (`walkKept`, twice: the
+    /// first walk finds which folders are complete, since a folder's item comes before its names).
+    /// JSONEncoder built the whole tree as objects first, and at unmount that doubled the mount's
+    /// memory (heaptrack, 30,000 files: 78 MB of the 151 MB peak, where the inode table took 34
+    /// MB); a list of the items first still took 39 MB at 100,000 files.
     func writeSnapshot() throws(FSError) {
-        let snapshot = snapshotOfTree()
-        try CacheFile.replace(Self.snapshotPath(configuration.cacheDirectory)) { emit in Self.snapshotJSON(snapshot, chunk: 1 << 20, emit) }
-        logger.info("kept \(snapshot.items.count) name(s) for a mount made while the server is away")
-    }
-
-    /// The tree as the mount knows it now: parents before children.
-    func snapshotOfTree() -> TreeSnapshot {
-        state.withLock { s -> TreeSnapshot in
-            var items: [TreeSnapshot.Item] = []
-            // Where each folder's item is, to mark it complete once its names are walked (a search
-            // of the whole list per folder made this quadratic).
-            var folderItem: [InodeNumber: Int] = [:]
-            var rootComplete = false
-            // Breadth first from the root, so that a parent always comes before its children.
-            var queue: [InodeNumber] = [.root]
-            var head = 0
-            while head < queue.count {
-                let folder = queue[head]
-                head += 1
-                guard let dir = s.inodes[folder]?.directory else { continue }
-                var everyNameKept = true
-                for (name, ino) in dir.children.sorted(by: { $0.key < $1.key }) {
-                    guard let e = s.inodes[ino], !e.unlinked, e.parent == folder, e.name.isSameName(name.string), let r = e.remote,
-                        !e.hasLocalState || e.kind == .directory
-                    else {
-                        everyNameKept = false
-                        continue
-                    }
-                    let a = e.attributes
-                    var complete: Bool?
-                    if e.kind == .directory {
-                        complete = false
-                        folderItem[ino] = items.count
-                    }
-                    items.append(
-                        TreeSnapshot.Item(
-                            ino: ino, parent: folder, name: name.string, kind: e.kind, mode: a.mode, uid: a.uid, gid: a.gid, size: a.size, nlink: a.nlink,
-                            atimeNs: a.atime.nanoseconds, mtimeNs: a.mtime.nanoseconds, ctimeNs: a.ctime.nanoseconds, rdev: a.rdev, remoteIno: r.ino,
-                            etag: r.etag, id: r.id, tags: e.meta.tags, metadata: e.meta.metadata, contentType: e.meta.contentType, isPublic: e.meta.isPublic,
-                            target: e.meta.target, complete: complete))
-                    if e.kind == .directory { queue.append(ino) }
-                }
-                let complete = dir.complete && everyNameKept
-                if folder == .root {
-                    rootComplete = complete
-                } else if let i = folderItem[folder] {
-                    items[i].complete = complete
-                }
+        var kept = 0
+        let namespace = Self.scopeName(configuration)
+        try CacheFile.replace(Self.snapshotPath(configuration.cacheDirectory)) { emit in
+            state.withLock { s in
+                let complete = Self.walkKept(s, complete: [:]) { _ in }
+                Self.snapshotJSON(
+                    namespace: namespace, rootRemote: s.inodes[.root]?.remote?.ino, rootComplete: complete[.root] ?? false,
+                    savedNs: Timestamp.nowNanoseconds(), chunk: 1 << 20,
+                    items: { write in
+                        _ = Self.walkKept(s, complete: complete) { item in
+                            kept += 1
+                            write(item)
+                        }
+                    }, emit)
             }
-            return TreeSnapshot(
-                namespace: Self.scopeName(configuration), rootRemote: s.inodes[.root]?.remote?.ino, rootComplete: rootComplete, savedNs: Timestamp.nowNanoseconds(),
-                items: items)
         }
+        logger.info("kept \(kept) name(s) for a mount made while the server is away")
     }
 
-    /// The snapshot as JSON that `readSnapshot`'s JSONDecoder reads, handed to `emit` in pieces
-    /// of about `chunk` bytes.
+    /// Walks the tree breadth first from the root (a parent before its children), calling `body`
+    /// with each name kept: one the server has, known under this parent by this name, with nothing
+    /// of it still owed (a folder always). A folder's item says `complete` as `complete` has it.
+    /// Returns, for every folder walked, whether its listing is complete and every name of it kept.
+    static func walkKept(_ s: State, complete: [InodeNumber: Bool], _ body: (TreeSnapshot.Item) -> Void) -> [InodeNumber: Bool] {
+        var found: [InodeNumber: Bool] = [:]
+        var queue: [InodeNumber] = [.root]
+        var head = 0
+        while head < queue.count {
+            let folder = queue[head]
+            head += 1
+            guard let dir = s.inodes[folder]?.directory else { continue }
+            var everyNameKept = true
+            for (name, ino) in dir.children.sorted(by: { $0.key < $1.key }) {
+                guard let e = s.inodes[ino], !e.unlinked, e.parent == folder, e.name.isSameName(name.string), let r = e.remote,
+                    !e.hasLocalState || e.kind == .directory
+                else {
+                    everyNameKept = false
+                    continue
+                }
+                let a = e.attributes
+                body(
+                    TreeSnapshot.Item(
+                        ino: ino, parent: folder, name: name.string, kind: e.kind, mode: a.mode, uid: a.uid, gid: a.gid, size: a.size, nlink: a.nlink,
+                        atimeNs: a.atime.nanoseconds, mtimeNs: a.mtime.nanoseconds, ctimeNs: a.ctime.nanoseconds, rdev: a.rdev, remoteIno: r.ino,
+                        etag: r.etag, id: r.id, tags: e.meta.tags, metadata: e.meta.metadata, contentType: e.meta.contentType, isPublic: e.meta.isPublic,
+                        target: e.meta.target, complete: e.kind == .directory ? complete[ino] ?? false : nil))
+                if e.kind == .directory { queue.append(ino) }
+            }
+            found[folder] = dir.complete && everyNameKept
+        }
+        return found
+    }
+
+    /// A snapshot as JSON that `readSnapshot`'s JSONDecoder reads, handed to `emit` in pieces of
+    /// about `chunk` bytes.
     static func snapshotJSON(_ snapshot: TreeSnapshot, chunk: Int, _ emit: ([UInt8]) -> Void) {
+        snapshotJSON(
+            namespace: snapshot.namespace, rootRemote: snapshot.rootRemote, rootComplete: snapshot.rootComplete, savedNs: snapshot.savedNs,
+            chunk: chunk, items: { write in snapshot.items.forEach(write) }, emit)
+    }
+
+    /// The same, with the items from `items` (which calls its argument with each, in order).
+    static func snapshotJSON(
+        namespace: String?, rootRemote: UInt64?, rootComplete: Bool, savedNs: Int64, chunk: Int, items: ((TreeSnapshot.Item) -> Void) -> Void,
+        _ emit: ([UInt8]) -> Void
+    ) {
         var out: [UInt8] = []
         out.reserveCapacity(chunk + 4096)
         out.append(UInt8(ascii: "{"))
         JSONOut.key("version", &out, first: true)
-        JSONOut.number(snapshot.version, &out)
-        if let ns = snapshot.namespace {
+        JSONOut.number(TreeSnapshot.currentVersion, &out)
+        if let namespace {
             JSONOut.key("namespace", &out)
-            JSONOut.string(ns, &out)
+            JSONOut.string(namespace, &out)
         }
-        if let root = snapshot.rootRemote {
+        if let rootRemote {
             JSONOut.key("rootRemote", &out)
-            JSONOut.number(root, &out)
+            JSONOut.number(rootRemote, &out)
         }
         JSONOut.key("rootComplete", &out)
-        JSONOut.bool(snapshot.rootComplete, &out)
+        JSONOut.bool(rootComplete, &out)
         JSONOut.key("savedNs", &out)
-        JSONOut.number(snapshot.savedNs, &out)
+        JSONOut.number(savedNs, &out)
         JSONOut.key("items", &out)
         out.append(UInt8(ascii: "["))
-        for (i, item) in snapshot.items.enumerated() {
-            if i > 0 { out.append(UInt8(ascii: ",")) }
-            item.writeJSON(to: &out)
-            if out.count >= chunk {
-                emit(out)
-                out.removeAll(keepingCapacity: true)
+        var first = true
+        withoutActuallyEscaping(emit) { emit in
+            items { item in
+                if !first { out.append(UInt8(ascii: ",")) }
+                first = false
+                item.writeJSON(to: &out)
+                if out.count >= chunk {
+                    emit(out)
+                    out.removeAll(keepingCapacity: true)
+                }
             }
         }
         out.append(contentsOf: Array("]}".utf8))
         emit(out)
     }
+
     /// The tree kept by the last clean unmount of this cache folder, if it is this mount's (the same namespace).
     static func readSnapshot(_ configuration: MountConfiguration) -> TreeSnapshot? {
         guard let data = FileManager.default.contents(atPath: snapshotPath(configuration.cacheDirectory)),
