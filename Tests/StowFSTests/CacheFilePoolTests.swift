@@ -73,4 +73,25 @@ struct CacheFilePoolTests {
         #expect(left.contains((f.path as NSString).lastPathComponent))
         #expect(f.size == 0)
     }
+
+    @Test("a refill that cannot make files is not tried again at every create; the marks are kept in order", .timeLimit(.minutes(1)))
+    func failedRefillBacksOff() async throws {
+        let dir = try Self.folder()
+        let pool = CacheFilePool(directory: dir, capacity: 2, spareCapacity: 10, refillBelow: 5, refillTo: 8)
+        // The folder goes: nothing can be made there.
+        try FileManager.default.removeItem(atPath: dir)
+        for _ in 0..<20 { #expect(throws: FSError.self) { _ = try pool.take() } }
+        try await Self.waitFor { pool.refills == 1 && pool.spares == 0 }
+        try await Task.sleep(for: .milliseconds(100))
+        for _ in 0..<20 { #expect(throws: FSError.self) { _ = try pool.take() } }
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(pool.refills == 1)
+        #expect(pool.made == 0)
+        // Marks given out of order are put in order (spare room 3 < refill marks).
+        let small = CacheFilePool(directory: dir, capacity: 1, spareCapacity: 3, refillBelow: 128, refillTo: 256)
+        #expect(small.refillTo == 3)
+        #expect(small.refillBelow == 3)
+        small.stop()
+        pool.stop()
+    }
 }

@@ -103,6 +103,31 @@ struct DurabilityTests {
         #expect(await second.fs.status().queue.files == 0)
     }
 
+    @Test("a cache folder spelled another way at the next mount (a trailing slash): the owed copies are still the uploads' own, not spares", .timeLimit(.minutes(1)))
+    func cacheFolderSpelledAnotherWay() async throws {
+        let base = InMemoryObjectStore(namespaces: [ns])
+        let faulty = FaultInjectingObjectStore(wrapping: base)
+        let dir = FileManager.default.temporaryDirectory.path + "/stowfs-spelled-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let large = String(repeating: "large file line\n", count: 10_000)
+        do {
+            let first = try await Harness.make(store: faulty, cacheDirectory: dir)
+            faulty.isOffline = true
+            try await first.write("small.txt", "owed bytes")
+            try await first.write("large.txt", large)
+            await first.close(keepCache: true)
+        } catch {
+            Issue.record("\(error)")
+        }
+        faulty.isOffline = false
+        // The same folder, another spelling: the journal names the copies as `dir/files/…`.
+        let second = try await Harness.make(store: base, cacheDirectory: dir + "/")
+        defer { Task { await second.close() } }
+        await second.fs.sync()
+        #expect(try await second.stored("small.txt") == "owed bytes")
+        #expect(try await second.stored("large.txt") == large)
+    }
+
     @Test("a small file's bytes kept in its journal record survive a crash that took its never-fsynced local copy", .timeLimit(.minutes(1)))
     func contentFromJournal() async throws {
         let base = InMemoryObjectStore(namespaces: [ns])

@@ -25,8 +25,11 @@ final class CacheFilePool: Sendable {
         var spare: [String] = []
         var refilling = false
         var stopped = false
-        /// How many files the refill thread made (for tests and the log).
+        /// When a refill last failed (a full disk, no inodes, no descriptors): none is tried for a while.
+        var failedAt: ContinuousClock.Instant?
+        /// How many files the refill thread made, and how many refills started (for tests).
         var made = 0
+        var refills = 0
     }
 
     private let lists = Mutex(Lists())
@@ -40,8 +43,8 @@ final class CacheFilePool: Sendable {
         self.directory = directory
         self.capacity = capacity
         self.spareCapacity = spareCapacity
-        self.refillBelow = min(refillBelow, refillTo)
         self.refillTo = min(refillTo, spareCapacity)
+        self.refillBelow = min(refillBelow, self.refillTo)
     }
 
     /// A new name for a local copy in the pool's folder.
@@ -55,7 +58,11 @@ final class CacheFilePool: Sendable {
         }
         refillIfLow()
         if let kept { return kept }
-        if let spare, let f = try? CacheFile(existing: spare) { return f }
+        if let spare {
+            if let f = try? CacheFile(existing: spare) { return f }
+            // It could not be opened (no descriptor left?): not lost, a spare again.
+            lists.withLock { $0.spare.append(spare) }
+        }
         return try CacheFile(path: newPath(), truncate: true)
     }
 
@@ -98,7 +105,9 @@ final class CacheFilePool: Sendable {
     private func refillIfLow() {
         let start = lists.withLock { l -> Bool in
             guard !l.refilling, !l.stopped, l.open.count + l.spare.count < refillBelow else { return false }
+            if let failed = l.failedAt, ContinuousClock.now - failed < Self.refillBackoff { return false }
             l.refilling = true
+            l.refills += 1
             return true
         }
         guard start else { return }
@@ -120,8 +129,12 @@ final class CacheFilePool: Sendable {
             let path = newPath()
             let fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
             guard fd >= 0 else {
-                // A full disk or a folder gone: creates make their own files (and say why if they cannot).
-                lists.withLock { $0.refilling = false }
+                // A full disk or a folder gone: creates make their own files (and say why if they
+                // cannot); the next refill waits `refillBackoff`.
+                lists.withLock {
+                    $0.refilling = false
+                    $0.failedAt = .now
+                }
                 return
             }
             close(fd)
@@ -132,6 +145,8 @@ final class CacheFilePool: Sendable {
         }
     }
 
+    static let refillBackoff: Duration = .seconds(10)
+
     /// No more refills (the mount is going away).
     func stop() { lists.withLock { $0.stopped = true } }
 
@@ -141,4 +156,6 @@ final class CacheFilePool: Sendable {
     var spares: Int { lists.withLock { $0.spare.count } }
     /// Files the refill thread made so far.
     var made: Int { lists.withLock { $0.made } }
+    /// Refills started so far.
+    var refills: Int { lists.withLock { $0.refills } }
 }

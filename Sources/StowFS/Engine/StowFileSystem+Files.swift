@@ -73,53 +73,56 @@ extension StowFileSystem {
         try Self.validate(name: name)
         guard !configuration.readOnly else { throw FSError.readOnly }
         let file = try cacheFiles.take()
-        return try state.withLock { (s: inout State) throws(FSError) -> (Entry, OpenedFile)? in
-            // A copy of the folder's entry must not live past here: it shares the folder's
-            // `children`, and adding the new name below would then copy all of them (a create in a
-            // folder of 100,000 files copied 100,000 names).
-            do {
-                let p = try inode(s, parent)
-                guard p.kind == .directory else { throw FSError.notADirectory }
-                if exclusive {
-                    guard let dir = p.directory, dir.madeHere, dir.complete else {
-                        cacheFiles.give(file)
-                        return nil
-                    }
-                    if let known = dir.children[FileName(name)], let k = s.inodes[known], !k.unlinked {
-                        cacheFiles.give(file)
-                        throw FSError.exists
+        // Every throw below comes before the copy is stored: it goes back to the pool.
+        do throws(FSError) {
+            return try state.withLock { (s: inout State) throws(FSError) -> (Entry, OpenedFile)? in
+                // A copy of the folder's entry must not live past here: it shares the folder's
+                // `children`, and adding the new name below would then copy all of them (a create in a
+                // folder of 100,000 files copied 100,000 names).
+                do {
+                    let p = try inode(s, parent)
+                    guard p.kind == .directory else { throw FSError.notADirectory }
+                    if exclusive {
+                        guard let dir = p.directory, dir.madeHere, dir.complete else {
+                            cacheFiles.give(file)
+                            return nil
+                        }
+                        if let known = dir.children[FileName(name)], let k = s.inodes[known], !k.unlinked { throw FSError.exists }
                     }
                 }
+                let location = try child(try self.location(s, parent), name)
+                guard location.namespace != nil, !location.path.isRoot else { throw FSError.notPermitted }
+                let ino = newLocalInode(&s)
+                let now = TimeSpec.now
+                var e = InodeEntry(
+                    ino: ino, parent: parent, name: name,
+                    attributes: FileAttributes(
+                        ino: ino, kind: .file, mode: mode & 0o7777, uid: caller.uid, gid: caller.gid, size: 0, nlink: 1, atime: now, mtime: now,
+                        ctime: now),
+                    validUntil: .now)
+                e.meta.contentType = ContentTypes.infer(fileName: name) == ContentTypes.fallback ? nil : ContentTypes.infer(fileName: name)
+                e.local = LocalContent(file: file, size: 0, dirty: true, writers: 1, frozen: false, heldUpload: nil)
+                e.local?.appendOnly = true
+                e.lookups = 1
+                e.openHandles = 1
+                e.changedAt = .now
+                if let old = s.inodes[parent]?.directory?.children[name], var o = s.inodes[old] {
+                    // Created over a name we knew (the kernel thought it free): that file is replaced.
+                    o.unlinked = true
+                    s.inodes[old] = o
+                }
+                s.inodes[ino] = e
+                s.inodes[parent]?.directory?.children[name] = ino
+                s.inodes[parent]?.directory?.negative[name] = nil
+                touchDirectory(&s, parent)
+                let h = s.nextHandle
+                s.nextHandle += 1
+                s.handles[h] = Handle(ino: ino, writable: true, etag: nil, readAhead: ReadAhead(maxWindow: configuration.maxReadAheadBlocks), listing: nil)
+                return (entry(e), OpenedFile(handle: h, keepCache: true))
             }
-            let location = try child(try self.location(s, parent), name)
-            guard location.namespace != nil, !location.path.isRoot else { throw FSError.notPermitted }
-            let ino = newLocalInode(&s)
-            let now = TimeSpec.now
-            var e = InodeEntry(
-                ino: ino, parent: parent, name: name,
-                attributes: FileAttributes(
-                    ino: ino, kind: .file, mode: mode & 0o7777, uid: caller.uid, gid: caller.gid, size: 0, nlink: 1, atime: now, mtime: now,
-                    ctime: now),
-                validUntil: .now)
-            e.meta.contentType = ContentTypes.infer(fileName: name) == ContentTypes.fallback ? nil : ContentTypes.infer(fileName: name)
-            e.local = LocalContent(file: file, size: 0, dirty: true, writers: 1, frozen: false, heldUpload: nil)
-            e.local?.appendOnly = true
-            e.lookups = 1
-            e.openHandles = 1
-            e.changedAt = .now
-            if let old = s.inodes[parent]?.directory?.children[name], var o = s.inodes[old] {
-                // Created over a name we knew (the kernel thought it free): that file is replaced.
-                o.unlinked = true
-                s.inodes[old] = o
-            }
-            s.inodes[ino] = e
-            s.inodes[parent]?.directory?.children[name] = ino
-            s.inodes[parent]?.directory?.negative[name] = nil
-            touchDirectory(&s, parent)
-            let h = s.nextHandle
-            s.nextHandle += 1
-            s.handles[h] = Handle(ino: ino, writable: true, etag: nil, readAhead: ReadAhead(maxWindow: configuration.maxReadAheadBlocks), listing: nil)
-            return (entry(e), OpenedFile(handle: h, keepCache: true))
+        } catch {
+            cacheFiles.give(file)
+            throw error
         }
     }
 
@@ -187,27 +190,33 @@ extension StowFileSystem {
         }
         exclusiveOffline.withLock { $0 = nil }
         let file = try cacheFiles.take()
-        return try state.withLock { (s: inout State) throws(FSError) -> (Entry, OpenedFile) in
-            guard s.inodes[parent] != nil else { throw FSError.notFound }
-            if let old = s.inodes[parent]?.directory?.children[FileName(name)], var o = s.inodes[old], o.remote?.ino != record.inode {
-                // A file we knew under this name is gone from the server (this create succeeded).
-                o.unlinked = true
-                s.inodes[old] = o
+        // The folder gone meanwhile: the copy goes back to the pool.
+        do throws(FSError) {
+            return try state.withLock { (s: inout State) throws(FSError) -> (Entry, OpenedFile) in
+                guard s.inodes[parent] != nil else { throw FSError.notFound }
+                if let old = s.inodes[parent]?.directory?.children[FileName(name)], var o = s.inodes[old], o.remote?.ino != record.inode {
+                    // A file we knew under this name is gone from the server (this create succeeded).
+                    o.unlinked = true
+                    s.inodes[old] = o
+                }
+                let ino = upsert(&s, record, parent: parent, name: name)
+                var e = s.inodes[ino]!
+                // The server has it as it is (empty): nothing to send unless it is written.
+                e.local = LocalContent(file: file, size: 0, dirty: false, writers: 1, frozen: false, heldUpload: nil)
+                e.local?.appendOnly = true
+                e.lookups += 1
+                e.openHandles += 1
+                e.changedAt = .now
+                s.inodes[ino] = e
+                touchDirectory(&s, parent)
+                let h = s.nextHandle
+                s.nextHandle += 1
+                s.handles[h] = Handle(ino: ino, writable: true, etag: nil, readAhead: ReadAhead(maxWindow: configuration.maxReadAheadBlocks), listing: nil)
+                return (entry(e), OpenedFile(handle: h, keepCache: true))
             }
-            let ino = upsert(&s, record, parent: parent, name: name)
-            var e = s.inodes[ino]!
-            // The server has it as it is (empty): nothing to send unless it is written.
-            e.local = LocalContent(file: file, size: 0, dirty: false, writers: 1, frozen: false, heldUpload: nil)
-            e.local?.appendOnly = true
-            e.lookups += 1
-            e.openHandles += 1
-            e.changedAt = .now
-            s.inodes[ino] = e
-            touchDirectory(&s, parent)
-            let h = s.nextHandle
-            s.nextHandle += 1
-            s.handles[h] = Handle(ino: ino, writable: true, etag: nil, readAhead: ReadAhead(maxWindow: configuration.maxReadAheadBlocks), listing: nil)
-            return (entry(e), OpenedFile(handle: h, keepCache: true))
+        } catch {
+            cacheFiles.give(file)
+            throw error
         }
     }
 
@@ -281,34 +290,40 @@ extension StowFileSystem {
 
     private func openLocked(_ ino: InodeNumber, write: Bool, truncate: Bool) throws(FSError) -> OpenedFile {
         let newFile: CacheFile? = write && truncate ? try cacheFiles.take() : nil
-        return try state.withLock { (s: inout State) throws(FSError) -> OpenedFile in
-            var e = try inode(s, ino)
-            if write {
-                // A second writer may write anywhere: no stream.
-                if e.local != nil { stopStream(&e.local!, "a second writer") }
-                if let newFile {
-                    let writers = e.local?.writers ?? 0
-                    e.local = LocalContent(file: newFile, size: 0, dirty: true, writers: writers, frozen: false, heldUpload: e.local?.heldUpload)
-                    e.local?.appendOnly = writers == 0
-                    e.attributes.size = 0
-                    e.attributes.mtime = .now
-                    e.attributes.ctime = .now
-                } else if e.local == nil {
-                    throw FSError.io("the content of this file could not be brought here")
+        // Every throw below comes before the new copy is stored: it goes back to the pool.
+        do throws(FSError) {
+            return try state.withLock { (s: inout State) throws(FSError) -> OpenedFile in
+                var e = try inode(s, ino)
+                if write {
+                    // A second writer may write anywhere: no stream.
+                    if e.local != nil { stopStream(&e.local!, "a second writer") }
+                    if let newFile {
+                        let writers = e.local?.writers ?? 0
+                        e.local = LocalContent(file: newFile, size: 0, dirty: true, writers: writers, frozen: false, heldUpload: e.local?.heldUpload)
+                        e.local?.appendOnly = writers == 0
+                        e.attributes.size = 0
+                        e.attributes.mtime = .now
+                        e.attributes.ctime = .now
+                    } else if e.local == nil {
+                        throw FSError.io("the content of this file could not be brought here")
+                    }
+                    try ensureWritable(&e)
+                    e.local!.writers += 1
                 }
-                try ensureWritable(&e)
-                e.local!.writers += 1
+                e.openHandles += 1
+                let keep = e.local != nil || (e.remote != nil && e.pageCacheETag == e.remote?.etag)
+                if e.local == nil { e.pageCacheETag = e.remote?.etag }
+                s.inodes[ino] = e
+                let h = s.nextHandle
+                s.nextHandle += 1
+                s.handles[h] = Handle(
+                    ino: ino, writable: write, etag: e.local == nil ? e.remote?.etag : nil, readAhead: ReadAhead(maxWindow: configuration.maxReadAheadBlocks),
+                    listing: nil)
+                return OpenedFile(handle: h, keepCache: keep)
             }
-            e.openHandles += 1
-            let keep = e.local != nil || (e.remote != nil && e.pageCacheETag == e.remote?.etag)
-            if e.local == nil { e.pageCacheETag = e.remote?.etag }
-            s.inodes[ino] = e
-            let h = s.nextHandle
-            s.nextHandle += 1
-            s.handles[h] = Handle(
-                ino: ino, writable: write, etag: e.local == nil ? e.remote?.etag : nil, readAhead: ReadAhead(maxWindow: configuration.maxReadAheadBlocks),
-                listing: nil)
-            return OpenedFile(handle: h, keepCache: keep)
+        } catch {
+            if let newFile { cacheFiles.give(newFile) }
+            throw error
         }
     }
 

@@ -278,10 +278,13 @@ public final class StowFileSystem: Sendable {
         if !recovered.isEmpty { logger.info("resuming \(recovered.count) upload(s) left from the last mount") }
         await queue.setOnFinished { [weak self] finished in self?.uploadFinished(finished) }
         // Files the journal no longer names: the last mount's spares, or copies left by a crash
-        // between an upload's end and its cleanup. Emptied and kept for the next files.
-        let owed = Set(recovered.map(\.cacheFile))
+        // between an upload's end and its cleanup. Emptied and kept for the next files. Compared
+        // by name (every copy is in `files/`): the journal keeps each copy's path as the last
+        // mount spelled the cache folder (a trailing slash, a symlink), and an owed copy taken
+        // for a spare would be emptied under its upload.
+        let owed = Set(recovered.map { ($0.cacheFile as NSString).lastPathComponent })
         cacheFiles.adopt(
-            ((try? FileManager.default.contentsOfDirectory(atPath: filesDirectory)) ?? []).map { filesDirectory + "/" + $0 }.filter { !owed.contains($0) })
+            ((try? FileManager.default.contentsOfDirectory(atPath: filesDirectory)) ?? []).filter { !owed.contains($0) }.map { filesDirectory + "/" + $0 })
     }
 
     /// Starts the background uploads.
