@@ -154,8 +154,10 @@ struct ChangeFeedTests {
                 }
                 let sorted = delays.sorted()
                 print("change feed across replicas: median \(sorted[sorted.count / 2]), max \(sorted.last!) over \(sorted.count) changes")
-                // The other replica looks every 50 ms; generous for a loaded machine.
-                #expect(sorted[sorted.count / 2] < .seconds(1), "\(sorted)")
+                // The other replica looks every 50 ms. Without that, a poll is answered when its
+                // 30 s are up: the bound tells the two apart, and is not a speed (a full parallel
+                // run on 2 cores gave a median of 0.37 s and a max of 4 s).
+                #expect(sorted[sorted.count / 2] < .seconds(10), "\(sorted)")
             }
         }
     }
