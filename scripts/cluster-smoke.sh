@@ -57,8 +57,8 @@ step "preparing trees of small files from /usr/share/doc"
 (cd /usr/share/doc && sed -n 301,600p "$work/files" | tar -cf - -T - | tar -xf - -C "$src/b")
 (cd /usr/share/doc && find . -type f -size +64k -size -1024k -readable | LC_ALL=C sort) > "$work/files-c"
 (cd /usr/share/doc && head -30 "$work/files-c" | tar -cf - -T - | tar -xf - -C "$src/c")
-# A fourth tree of large files: one copied with cp (written from empty by appends: streamed to the
-# server while it is written, through the replicas' storage links into S3 parts), and one changed
+# A fourth tree of large files: one copied with cp (written from empty by appends: streamed while
+# it is written, straight to S3 in parts), and one changed
 # in place after it was stored (sent again from its local copy, straight to the store in parts).
 head -c $((40 << 20)) /dev/urandom > "$src/d.stream"
 head -c $((27 << 20)) /dev/urandom > "$src/d.edited"
@@ -113,11 +113,30 @@ step "stowfs sync"
 step "kill -9 of replica 2"
 "$cluster" kill-replica 2 --dir "$cdir"
 
+# Bytes of file content the live replicas (1 and 3) have received, from their /metrics.
+received() {
+    local total=0 i port v
+    for i in 1 3; do
+        port="$(. "$cdir/state"; eval "echo \${replica_${i}_port}")"
+        v="$(curl -sf "http://127.0.0.1:$port/metrics" | awk '$1 == "stowd_bytes_received_total" { printf "%d", $2 }')"
+        total=$((total + ${v:-0}))
+    done
+    echo "$total"
+}
+
 step "cp -r trees b and c, and large files (replica 2 is dead)"
 cp -r "$src/b" "$mnt/b"
 cp -r "$src/c" "$mnt/c"
 mkdir "$mnt/d"
+# The small files first (their bytes do go through the replicas), so that they are not counted below.
+"$bin/stowfs" sync "$mnt" || fail "stowfs sync after trees b and c"
+before="$(received)"
 cp "$src/d.stream" "$mnt/d/stream.bin"
+# Streamed while written, straight to S3 in parts: not a byte of it through a replica.
+through=$(($(received) - before))
+echo "   the 40 MiB streamed through the replicas: $through bytes (before it, they had received $before)"
+[ "$before" -gt 0 ] || fail "the replicas report no bytes received at all: is /metrics read right?"
+[ "$through" -lt $((1 << 20)) ] || fail "the streamed file's bytes went through the replicas ($through bytes), not straight to S3"
 cp "$src/d.edited" "$mnt/d/edited.bin"
 "$bin/stowfs" sync "$mnt" || fail "stowfs sync after the large files"
 # Overwrite 1 MiB in the middle, in place: the file is sent again whole, in parts, straight to S3.

@@ -66,7 +66,8 @@ public struct StartUploadRequest: Codable, Sendable, Equatable {
     public var tags: [String]?
     public var params: UploadParams?
     /// The size is not known yet (a file still being written): `size` is 0, bytes come in PATCHes
-    /// at increasing offsets, and complete names the final size.
+    /// at increasing offsets (or, where `upload.direct` is offered, in parts straight to the
+    /// object store), and complete names the final size.
     public var deferLength: Bool?
 
     public init(
@@ -122,7 +123,8 @@ public struct DirectUpload: Codable, Sendable, Equatable {
     /// Headers the whole-file `PUT` must carry (a checksum the store checks the body against).
     public var headers: [String: String]?
     public var partSize: Int64
-    /// How many parts the file takes.
+    /// How many parts the file takes; 0 for a deferred length (up to 10,000 parts, each
+    /// `partSize` but the last; complete names the size they hold).
     public var parts: Int
     public var expiresAt: Int64
 

@@ -111,6 +111,107 @@ struct DirectUploadTests {
         }
     }
 
+    @Test("a deferred length is offered parts only: whole parts and a short last one go straight to the store, and complete names the size (another size is refused)")
+    func deferredParts() async throws {
+        try await withServer { s in
+            let started = try await s.admin.startUpload(testNamespace, StartUploadRequest(fileName: "d/deferred.bin", size: 0, deferLength: true))
+            let direct = try #require(started.upload.direct)
+            #expect(direct.url == nil, "no whole-file PUT: the size is not known")
+            #expect(direct.parts == 0)
+            let partSize = Int(direct.partSize)
+            let bytes = randomBytes(2 * partSize + 12_345, seed: 36)
+            let answer = try await s.admin.uploadParts(started, numbers: [3, 1, 2, 10_001])
+            #expect(answer.parts.map(\.number) == [3, 1, 2], "no part past S3's 10,000")
+            for part in answer.parts {
+                let start = (part.number - 1) * partSize
+                let end = min(start + partSize, bytes.count)
+                try await s.admin.putDirect(url: try #require(part.url), headers: [:], from: .bytes(ByteBuffer(bytes: bytes)), offset: Int64(start), end: Int64(end), progress: nil)
+            }
+            // No byte went through stowd: its record of the staging holds no part and no tail.
+            let staging = try #require(try await s.server.store.stagingState(Self.id(started)))
+            #expect(staging.parts.isEmpty && staging.tailSize == 0)
+            #expect(try await s.admin.uploadedBytes(started) == Int64(bytes.count))
+            for size in [bytes.count - 1, bytes.count + 1, 0] {
+                var wrong = started
+                wrong.size = Int64(size)
+                let refused = await #expect(throws: StorageError.self) { _ = try await s.admin.completeUpload(wrong) }
+                #expect(refused?.kind == .incomplete, "size \(size)")
+            }
+            var complete = started
+            complete.size = Int64(bytes.count)
+            let record = try await s.admin.completeUpload(complete)
+            #expect(record.size == Int64(bytes.count))
+            #expect(try await s.admin.get("d/deferred.bin") == bytes)
+            #expect(try await s.stagedCount() == 0)
+        }
+    }
+
+    @Test("GrowingDirectUpload: a file sent to the store while it is written, whole parts before its end is known, the last at finish; stop and a file that shrinks end it")
+    func growing() async throws {
+        try await withServer { s in
+            let dir = makeTempDirectory("growing")
+            defer { try? FileManager.default.removeItem(atPath: dir) }
+            let file = dir + "/f"
+            #expect(FileManager.default.createFile(atPath: file, contents: nil))
+            let writer = try #require(FileHandle(forWritingAtPath: file))
+            defer { try? writer.close() }
+            let started = try await s.admin.startUpload(testNamespace, StartUploadRequest(fileName: "d/growing.bin", size: 0, deferLength: true))
+            let parts = try #require(GrowingDirectUpload(store: s.admin, session: started, path: file, parallel: 2))
+            let partSize = Int(parts.partSize)
+            let bytes = randomBytes(3 * partSize + 777, seed: 37)
+            let running = Task { try await parts.run() }
+            var written = 0
+            func append(upTo end: Int) throws {
+                while written < end {
+                    let n = min(1 << 20, end - written)
+                    try writer.write(contentsOf: bytes[written..<(written + n)])
+                    written += n
+                    parts.grew(to: Int64(written))
+                }
+            }
+            // Two whole parts and a half: the two go before the file's end is known.
+            try append(upTo: 2 * partSize + partSize / 2)
+            var stored: Int64 = 0
+            for _ in 0..<600 where stored < Int64(2 * partSize) {
+                try await Task.sleep(for: .milliseconds(50))
+                stored = parts.stored
+            }
+            #expect(stored == Int64(2 * partSize), "the whole parts went while the file was written")
+            try append(upTo: bytes.count)
+            parts.finish(size: Int64(bytes.count))
+            try await running.value
+            #expect(parts.stored == Int64(bytes.count))
+            let staging = try #require(try await s.server.store.stagingState(Self.id(started)))
+            #expect(staging.parts.isEmpty && staging.tailSize == 0, "nothing went through stowd")
+            var complete = started
+            complete.size = Int64(bytes.count)
+            #expect(try await s.admin.completeUpload(complete).size == Int64(bytes.count))
+            #expect(try await s.admin.get("d/growing.bin") == bytes)
+
+            // Stopped: run ends with .cancelled, whatever it was waiting for.
+            let other = try await s.admin.startUpload(testNamespace, StartUploadRequest(fileName: "d/stopped.bin", size: 0, deferLength: true))
+            let stopped = try #require(GrowingDirectUpload(store: s.admin, session: other, path: file))
+            let waiting = Task { try await stopped.run() }
+            try await Task.sleep(for: .milliseconds(100))
+            stopped.stop()
+            let cancelled = await #expect(throws: StorageError.self) { try await waiting.value }
+            #expect(cancelled?.kind == .cancelled)
+            // A final size short of the parts already sent is an error, not a file cut short.
+            let third = try await s.admin.startUpload(testNamespace, StartUploadRequest(fileName: "d/shrunk.bin", size: 0, deferLength: true))
+            let shrunk = try #require(GrowingDirectUpload(store: s.admin, session: third, path: file))
+            shrunk.grew(to: Int64(bytes.count))
+            let sending = Task { try await shrunk.run() }
+            for _ in 0..<600 where shrunk.stored < Int64(partSize) { try await Task.sleep(for: .milliseconds(50)) }
+            shrunk.finish(size: Int64(partSize / 2))
+            let short = await #expect(throws: StorageError.self) { try await sending.value }
+            #expect(short?.kind == .localIO)
+            try await s.admin.abandonUpload(third)
+            try await s.admin.abandonUpload(other)
+            // Not a deferred length with parts: nothing to do here.
+            #expect(GrowingDirectUpload(store: s.admin, session: try await s.admin.startUpload(testNamespace, StartUploadRequest(fileName: "d/sized.bin", size: 10)), path: file) == nil)
+        }
+    }
+
     @Test("parts asked for on one replica, sent to the store, completed through another")
     func acrossReplicas() async throws {
         try await withReplicas(2) { replicas in
@@ -136,9 +237,16 @@ struct NoDirectUploadTests {
                 let refused = await #expect(throws: StorageError.self) { _ = try await s.admin.uploadParts(session, numbers: [1]) }
                 #expect(refused?.kind == .notFound)
             }
-            // Deferred lengths and declared zeros always go through the storage link.
+            // A deferred length is offered parts only, their number open; only with S3.
             let deferred = try await s.admin.startUpload(testNamespace, StartUploadRequest(fileName: "n2.bin", size: 0, deferLength: true))
-            #expect(deferred.upload.direct == nil)
+            if TestBackend.isS3 {
+                #expect(deferred.upload.direct?.url == nil && deferred.upload.direct?.parts == 0)
+            } else {
+                #expect(deferred.upload.direct == nil)
+            }
+            // A declared tail of zeros always goes through the storage link.
+            let zeros = try await s.admin.startUpload(testNamespace, StartUploadRequest(fileName: "n3.bin", size: 10, params: UploadParams(zerosFrom: 4)))
+            #expect(zeros.upload.direct == nil)
         }
     }
 }

@@ -41,13 +41,16 @@ extension StowService {
     }
 
     /// A start answer with the way straight to the object store, where there is one: a file sent
-    /// whole or in parts by the client, not through this server (not for deferred lengths, nor a
-    /// declared tail of zeros, which go through the storage link).
+    /// whole or in parts by the client, not through this server. A deferred length is offered
+    /// parts only, their number open (`parts` 0): a file still being written sends each part as
+    /// it fills, and complete names the size. A declared tail of zeros goes through the storage
+    /// link.
     func withDirect(_ response: StartUploadResponse, _ upload: UploadRecord) async throws -> StartUploadResponse {
-        guard !upload.isDeferred, upload.params.zerosFrom == nil, upload.size > 0, !upload.autoComplete else { return response }
+        guard upload.params.zerosFrom == nil, upload.size > 0 || upload.isDeferred, !upload.autoComplete else { return response }
         var r = response
         let lifetime = max(60, Int(upload.expiresAt - Timestamp.nowSeconds()))
-        r.upload.direct = try await blobs.directUpload(upload.id, size: upload.size, sha256: upload.params.sha256, expiresIn: lifetime)
+        r.upload.direct = try await blobs.directUpload(
+            upload.id, size: upload.isDeferred ? nil : upload.size, sha256: upload.params.sha256, expiresIn: lifetime)
         return r
     }
 
@@ -64,14 +67,15 @@ extension StowService {
             throw APIError.notFound("no upload \(id) in namespace `\(ns)` (it may have expired)")
         }
         guard upload.state == .open else { throw APIError.conflict(.conflict, "this upload has completed already") }
-        guard !upload.isDeferred, upload.params.zerosFrom == nil else {
-            throw APIError.badRequest("this upload goes through its storage link (a deferred length or a declared tail of zeros)")
+        guard upload.params.zerosFrom == nil else {
+            throw APIError.badRequest("this upload goes through its storage link (a declared tail of zeros)")
         }
         // Bytes sent straight to the store do not pass here: asking for parts is the upload's
         // progress, and keeps its session alive (the collector would take it otherwise).
         try await store.extendUpload(id: id, until: Timestamp.nowSeconds() + config.uploadLinkLifetime)
         let lifetime = Int(config.uploadLinkLifetime)
-        guard let answer = try await blobs.directParts(id, size: upload.size, numbers: body.numbers, expiresIn: lifetime) else {
+        let size = upload.isDeferred ? nil : upload.size
+        guard let answer = try await blobs.directParts(id, size: size, numbers: body.numbers, expiresIn: lifetime) else {
             throw APIError.notFound("this server takes bytes through its storage links only (its files are not in an object store)")
         }
         return json(answer)

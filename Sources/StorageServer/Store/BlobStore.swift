@@ -55,11 +55,13 @@ public protocol BlobStore: Sendable {
     func abortAbandonedUploads() async throws -> Int
     /// How a client may send an upload of `size` bytes straight to the store (presigned URLs
     /// valid `expiresIn` seconds); nil when the store takes bytes only through the server.
-    /// `sha256` (hex, declared): the store checks the whole-file PUT against it.
-    func directUpload(_ id: String, size: Int64, sha256: String?, expiresIn: Int) async throws -> DirectUpload?
+    /// `sha256` (hex, declared): the store checks the whole-file PUT against it. `size` nil: a
+    /// deferred length, sent in parts only (their number is not known yet).
+    func directUpload(_ id: String, size: Int64?, sha256: String?, expiresIn: Int) async throws -> DirectUpload?
     /// Presigned URLs of these parts of a direct upload (its multipart upload begun if needed),
-    /// and the parts the store has already; nil when the store takes no direct uploads.
-    func directParts(_ id: String, size: Int64, numbers: [Int], expiresIn: Int) async throws -> UploadPartsResponse?
+    /// and the parts the store has already; nil when the store takes no direct uploads. `size`
+    /// nil: a deferred length, whose parts may be any of the store's (each `partSize` but the last).
+    func directParts(_ id: String, size: Int64?, numbers: [Int], expiresIn: Int) async throws -> UploadPartsResponse?
     /// A URL a client may GET a blob's bytes from, straight from the store (presigned, valid
     /// `expiresIn` seconds; `Range` honoured; answered with `contentType`); nil when the store
     /// serves bytes only through the server.
@@ -79,8 +81,8 @@ extension BlobStore {
     }
     public var hashesStagedBytesCheaply: Bool { true }
     public func abortAbandonedUploads() async throws -> Int { 0 }
-    public func directUpload(_ id: String, size: Int64, sha256: String?, expiresIn: Int) async throws -> DirectUpload? { nil }
-    public func directParts(_ id: String, size: Int64, numbers: [Int], expiresIn: Int) async throws -> UploadPartsResponse? { nil }
+    public func directUpload(_ id: String, size: Int64?, sha256: String?, expiresIn: Int) async throws -> DirectUpload? { nil }
+    public func directParts(_ id: String, size: Int64?, numbers: [Int], expiresIn: Int) async throws -> UploadPartsResponse? { nil }
     public func directRead(_ id: String, contentType: String, expiresIn: Int) -> String? { nil }
 }
 

@@ -9,6 +9,10 @@ import Synchronization
 /// attributes. Then close(2) needs no fsync of the local copy and no journal record: the server
 /// has every byte (docs/SEMANTICS.md S1).
 ///
+/// With an object store behind the server (its start offers a direct way in parts), the bytes
+/// go straight to the store, in whole parts as the file fills them, several at a time
+/// (`GrowingDirectUpload`); else through the storage link, one PATCH after another.
+///
 /// Only a file written from empty by appends streams: a write anywhere else, a truncate, a
 /// rename, a second writer or any upload of the file the usual way abandons the stream (its
 /// session is deleted), and the file goes the usual way — a stream never completes unless it
@@ -22,8 +26,13 @@ final class ContentStream: Sendable {
         var sent: Int64 = 0
         var abandoned = false
         /// Set by `finish`: the final size and declaration, and what to do just before complete.
-        var final: (size: Int64, request: StartUploadRequest, prepare: @Sendable (StartUploadResponse) async throws -> Void)?
+        var final: Final?
+        /// The parts sent straight to the object store, when the server offers that.
+        var parts: GrowingDirectUpload?
     }
+
+    /// The final size and declaration, and what to do just before complete.
+    private typealias Final = (size: Int64, request: StartUploadRequest, prepare: @Sendable (StartUploadResponse) async throws -> Void)
 
     let location: Location
     let cacheFile: String
@@ -53,7 +62,10 @@ final class ContentStream: Sendable {
     }
 
     /// Bytes the server has so far.
-    var sent: Int64 { state.withLock { $0.sent } }
+    var sent: Int64 {
+        let (sent, parts) = state.withLock { ($0.sent, $0.parts) }
+        return parts?.stored ?? sent
+    }
 
     /// Whether the last `tail` bytes would reach the server within `limit` at the pace so far
     /// (a close waits that long at most, or the file goes the usual way).
@@ -65,16 +77,24 @@ final class ContentStream: Sendable {
 
     /// The local copy grew (by appends) to `size` bytes.
     func grew(to size: Int64) {
-        let due = state.withLock { s -> Bool in
+        let (due, parts) = state.withLock { s -> (Bool, GrowingDirectUpload?) in
             s.written = size
-            return s.written - s.sent >= chunk
+            return (s.written - s.sent >= chunk, s.parts)
         }
-        if due { wake.signal() }
+        if let parts {
+            parts.grew(to: size)
+        } else if due {
+            wake.signal()
+        }
     }
 
     /// Stops for good: the file goes the usual way. The session is deleted.
     func abandon() {
-        state.withLock { $0.abandoned = true }
+        let parts = state.withLock { s in
+            s.abandoned = true
+            return s.parts
+        }
+        parts?.stop()
         wake.signal()
     }
 
@@ -84,10 +104,12 @@ final class ContentStream: Sendable {
     func finish(
         size: Int64, request: StartUploadRequest, timeout: Duration, prepare: @escaping @Sendable (StartUploadResponse) async throws -> Void
     ) async -> FileRecord? {
-        state.withLock { s in
+        let parts = state.withLock { s in
             s.written = size
             s.final = (size, request, prepare)
+            return s.parts
         }
+        parts?.finish(size: size)
         wake.signal()
         guard let t = task.withLock({ $0 }) else { return nil }
         // A server that stalls does not hold close(2) forever: past the timeout the file goes the usual way.
@@ -114,24 +136,42 @@ final class ContentStream: Sendable {
                 support.works = false
                 throw StorageError(.protocolViolation, "the server does not take deferred-length uploads")
             }
-            while true {
+            /// Completes with the file as it was closed, unless it was abandoned meanwhile (then
+            /// the file goes the usual way).
+            func complete(_ final: Final) async throws -> FileRecord? {
+                var complete = started
+                complete.size = final.size
+                complete.params = final.request.params
+                complete.tags = final.request.tags ?? []
+                complete.contentType = final.request.contentType ?? started.contentType
+                if state.withLock({ $0.abandoned }) { return nil }
+                prepared = true
+                try await final.prepare(complete)
+                let record = try await store.completeUpload(complete)
+                logger.debug("streamed \(location) (\(final.size) bytes)")
+                return record
+            }
+            if let parts = GrowingDirectUpload(store: store, session: started, path: cacheFile) {
+                // Straight to the object store: what was written and declared so far is handed over.
+                let (abandoned, written, final) = state.withLock { s in
+                    s.parts = parts
+                    return (s.abandoned, s.written, s.final)
+                }
+                parts.grew(to: written)
+                if let final { parts.finish(size: final.size) }
+                if abandoned { parts.stop() }
+                try await parts.run()
+                guard let final = state.withLock({ $0.final }) else { throw StorageError(.protocolViolation, "the parts of \(location) ended before its close") }
+                if let record = try await complete(final) { return record }
+            }
+            while state.withLock({ $0.parts == nil }) {
                 let (abandoned, written, sent, final) = state.withLock { s in (s.abandoned, s.written, s.sent, s.final) }
                 if abandoned { break }
                 let target = final?.size ?? written
                 if let final, sent > final.size { throw StorageError(.localIO, "\(location) is shorter than what was sent") }
                 if let final, sent == final.size {
-                    var complete = started
-                    complete.size = final.size
-                    complete.params = final.request.params
-                    complete.tags = final.request.tags ?? []
-                    complete.contentType = final.request.contentType ?? started.contentType
-                    // Abandoned meanwhile: not completed (the file goes the usual way).
-                    if state.withLock({ $0.abandoned }) { break }
-                    prepared = true
-                    try await final.prepare(complete)
-                    let record = try await store.completeUpload(complete)
-                    logger.debug("streamed \(location) (\(final.size) bytes)")
-                    return record
+                    if let record = try await complete(final) { return record }
+                    break
                 }
                 if target - sent >= chunk || (final != nil && target > sent) {
                     // A writer idle for longer than the link's lifetime finds it expired: renewed.

@@ -78,8 +78,12 @@ public final class S3BlobStore: BlobStore {
     /// The largest object one PUT may make (S3's limit).
     static let largestPut: Int64 = 5 << 30
 
-    public func directUpload(_ id: String, size: Int64, sha256: String?, expiresIn: Int) async throws -> DirectUpload? {
+    public func directUpload(_ id: String, size: Int64?, sha256: String?, expiresIn: Int) async throws -> DirectUpload? {
         let part = partSize(forUploadOf: size)
+        guard let size else {
+            // A deferred length: parts only, as many as the file turns out to need.
+            return DirectUpload(url: nil, headers: nil, partSize: part, parts: 0, expiresAt: Timestamp.nowSeconds() + Int64(expiresIn))
+        }
         var url: String?
         var headers: [(String, String)] = []
         if size <= Self.largestPut {
@@ -92,17 +96,19 @@ public final class S3BlobStore: BlobStore {
             parts: Int((size + part - 1) / part), expiresAt: Timestamp.nowSeconds() + Int64(expiresIn))
     }
 
-    public func directParts(_ id: String, size: Int64, numbers: [Int], expiresIn: Int) async throws -> UploadPartsResponse? {
+    public func directParts(_ id: String, size: Int64?, numbers: [Int], expiresIn: Int) async throws -> UploadPartsResponse? {
         let state = try await stagingFor(id, expecting: size)
         guard state.parts.isEmpty && state.tailSize == 0 else {
             throw BlobStoreError.conflict("this upload is being sent through the server's storage link; go on there")
         }
-        let count = Int((size + state.partSize - 1) / state.partSize)
+        // A deferred length may take any part the store allows; each is a whole part but the
+        // last, which complete finds by its size.
+        let count = size.map { Int(($0 + state.partSize - 1) / state.partSize) } ?? Self.maxParts
         let key = blobKey(id)
         let urls = numbers.filter { $0 >= 1 && $0 <= count }.map { n in
             UploadPartsResponse.Part(
                 number: n, url: client.presign("PUT", key: key, query: [("partNumber", String(n)), ("uploadId", state.s3UploadID)], expires: expiresIn),
-                size: min(state.partSize, size - Int64(n - 1) * state.partSize))
+                size: size.map { min(state.partSize, $0 - Int64(n - 1) * state.partSize) } ?? state.partSize)
         }
         let stored = try await listedParts(state).values.sorted { $0.number < $1.number }
         return UploadPartsResponse(partSize: state.partSize, parts: urls, stored: stored.map { .init(number: $0.number, url: nil, size: $0.size) })
