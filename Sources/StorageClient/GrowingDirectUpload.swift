@@ -35,6 +35,8 @@ public final class GrowingDirectUpload: Sendable {
         /// Parts in the store from the first on, without a gap, and the bytes they hold.
         var storedParts = 0
         var stored: Int64 = 0
+        /// Bytes of every part in the store, gaps or not.
+        var sent: Int64 = 0
     }
 
     public let partSize: Int64
@@ -65,6 +67,9 @@ public final class GrowingDirectUpload: Sendable {
 
     /// Bytes the store has, from the start on without a gap.
     public var stored: Int64 { state.withLock { $0.stored } }
+
+    /// Bytes of all the parts the store has (the pace of the upload: parts finish out of order).
+    public var sent: Int64 { state.withLock { $0.sent } }
 
     /// The file holds `size` bytes now (it only grows).
     public func grew(to size: Int64) {
@@ -155,6 +160,7 @@ public final class GrowingDirectUpload: Sendable {
                 try await store.putDirect(url: target, headers: [:], from: .file(path: path), offset: start, end: end, progress: nil)
                 state.withLock { s in
                     s.done[number] = end
+                    s.sent += end - start
                     while let e = s.done[s.storedParts + 1] {
                         s.storedParts += 1
                         s.stored = e

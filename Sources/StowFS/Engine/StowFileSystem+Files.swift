@@ -781,7 +781,7 @@ extension StowFileSystem {
             // rest reaches the server soon.
             guard local.dirty, local.writers == 1, !e.unlinked, e.upload == nil, e.olderUploads.isEmpty, e.submitting == 0,
                 let location = try? self.location(s, ino), location == stream.location,
-                stream.catchesUp(tail: local.size - stream.sent, within: timeout / 4)
+                stream.catchesUp(tail: local.size - stream.sent, within: timeout / 2)
             else {
                 stopStream(&local, "not the file as closed, or its rest would take too long")
                 e.local = local

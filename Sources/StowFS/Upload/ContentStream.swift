@@ -71,7 +71,9 @@ final class ContentStream: Sendable {
     /// (a close waits that long at most, or the file goes the usual way).
     func catchesUp(tail: Int64, within limit: Duration) -> Bool {
         if tail <= 4 * chunk { return true }
-        let pace = Double(sent) / max((ContinuousClock.now - began) / .seconds(1), 0.001)
+        // With parts in parallel, every part the store has counts, not only those without a gap.
+        let (patched, parts) = state.withLock { ($0.sent, $0.parts) }
+        let pace = Double(parts?.sent ?? patched) / max((ContinuousClock.now - began) / .seconds(1), 0.001)
         return pace > 0 && Double(tail) / pace <= limit / .seconds(1)
     }
 
