@@ -24,10 +24,12 @@ public struct MountConfiguration: Sendable {
     public var negativeTTL: Duration = .seconds(1)
     /// Uploads in flight at once.
     public var uploadParallelism: Int = 8
-    /// Largest read-ahead window of a sequential reader, in blocks.
-    public var maxReadAheadBlocks: Int = 32
+    /// Largest read-ahead window of a sequential reader, in blocks. 128 and GETs of 16 blocks
+    /// read a 1 GiB file from S3 on the cluster in 2.78 s (median of 3) against 3.25 s for 32 and 8
+    /// (an interleaved probe by hand; the S3 ceiling was 2.5–2.8 s).
+    public var maxReadAheadBlocks: Int = 128
     /// Blocks fetched in one ranged GET at most.
-    public var maxBlocksPerRequest: Int = 8
+    public var maxBlocksPerRequest: Int = 16
     /// Files above this go to the server in resumable chunks of this size.
     public var uploadChunkSize: Int64 = 64 << 20
     /// A file written from empty by appends starts streaming to the server once it is this large

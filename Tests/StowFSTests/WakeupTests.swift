@@ -4,15 +4,18 @@ import Testing
 
 @Suite("engine: the upload scheduler's wake-up")
 struct WakeupTests {
-    @Test("a wait ends at its timeout, at a signal, or at once for a signal sent before it", .timeLimit(.minutes(1)))
+    @Test("a wait ends at its timeout, at a signal, or at once for a signal sent before it", .timeLimit(.minutes(3)))
     func endsOnTimeoutOrSignal() async throws {
         let wake = Wakeup()
+        // The upper bounds tell the outcome apart from a wait of an hour, and are not a speed: with
+        // the mount tests in the same process (2 cores, blocked threads), a signal 100 ms on once
+        // ended its wait 9 s later.
         // The timeout.
         var start = ContinuousClock.now
         await wake.wait(timeout: .milliseconds(200))
         var took = ContinuousClock.now - start
         #expect(took >= .milliseconds(190))
-        #expect(took < .seconds(5))
+        #expect(took < .seconds(60))
         // A signal while it waits (an hour).
         start = .now
         Task {
@@ -22,12 +25,12 @@ struct WakeupTests {
         await wake.wait(timeout: .seconds(3600))
         took = ContinuousClock.now - start
         #expect(took >= .milliseconds(90))
-        #expect(took < .seconds(5))
+        #expect(took < .seconds(60))
         // A signal kept for the next wait; then the one after it waits again.
         wake.signal()
         start = .now
         await wake.wait(timeout: .seconds(3600))
-        #expect(ContinuousClock.now - start < .seconds(1))
+        #expect(ContinuousClock.now - start < .seconds(60))
         start = .now
         await wake.wait(timeout: .milliseconds(150))
         #expect(ContinuousClock.now - start >= .milliseconds(140))
