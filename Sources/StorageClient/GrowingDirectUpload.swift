@@ -103,6 +103,8 @@ public final class GrowingDirectUpload: Sendable {
         try await withThrowingTaskGroup(of: Void.self) { group in
             // On a throw, the group cancels the parts still in flight and waits for them.
             var next = 1
+            // Where the last part launched ends: the final size may not be short of it.
+            var launchedEnd: Int64 = 0
             var urls: [Int: String] = [:]
             while true {
                 let s = state.withLock { $0 }
@@ -110,7 +112,7 @@ public final class GrowingDirectUpload: Sendable {
                 if let failure = s.failure { throw failure }
                 if let final = s.final {
                     let count = Int((final + partSize - 1) / partSize)
-                    guard next - 1 <= count, s.done.values.allSatisfy({ $0 <= final }) else {
+                    guard launchedEnd <= final else {
                         throw StorageError(.localIO, "\(path) ended at \(final) bytes, before parts already sent")
                     }
                     if s.storedParts == count { return }
@@ -128,6 +130,7 @@ public final class GrowingDirectUpload: Sendable {
                     if urls[next] == nil { urls = try await self.urls(from: next) }
                     let number = next, url = urls.removeValue(forKey: number)
                     group.addTask { await self.send(number, url: url, start, end) }
+                    launchedEnd = end
                     next += 1
                     inFlight += 1
                 }

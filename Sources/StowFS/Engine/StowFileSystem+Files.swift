@@ -115,9 +115,7 @@ extension StowFileSystem {
                 s.inodes[parent]?.directory?.children[name] = ino
                 s.inodes[parent]?.directory?.negative[name] = nil
                 touchDirectory(&s, parent)
-                let h = s.nextHandle
-                s.nextHandle += 1
-                s.handles[h] = Handle(ino: ino, writable: true, etag: nil, readAhead: ReadAhead(maxWindow: configuration.maxReadAheadBlocks), listing: nil)
+                let h = addHandle(&s, ino, writable: true, etag: nil)
                 return (entry(e), OpenedFile(handle: h, keepCache: true))
             }
         } catch {
@@ -209,9 +207,7 @@ extension StowFileSystem {
                 e.changedAt = .now
                 s.inodes[ino] = e
                 touchDirectory(&s, parent)
-                let h = s.nextHandle
-                s.nextHandle += 1
-                s.handles[h] = Handle(ino: ino, writable: true, etag: nil, readAhead: ReadAhead(maxWindow: configuration.maxReadAheadBlocks), listing: nil)
+                let h = addHandle(&s, ino, writable: true, etag: nil)
                 return (entry(e), OpenedFile(handle: h, keepCache: true))
             }
         } catch {
@@ -314,17 +310,21 @@ extension StowFileSystem {
                 let keep = e.local != nil || (e.remote != nil && e.pageCacheETag == e.remote?.etag)
                 if e.local == nil { e.pageCacheETag = e.remote?.etag }
                 s.inodes[ino] = e
-                let h = s.nextHandle
-                s.nextHandle += 1
-                s.handles[h] = Handle(
-                    ino: ino, writable: write, etag: e.local == nil ? e.remote?.etag : nil, readAhead: ReadAhead(maxWindow: configuration.maxReadAheadBlocks),
-                    listing: nil)
+                let h = addHandle(&s, ino, writable: write, etag: e.local == nil ? e.remote?.etag : nil)
                 return OpenedFile(handle: h, keepCache: keep)
             }
         } catch {
             if let newFile { cacheFiles.give(newFile) }
             throw error
         }
+    }
+
+    /// A new handle of an open file, with the sequential reader's read-ahead.
+    func addHandle(_ s: inout State, _ ino: InodeNumber, writable: Bool, etag: String?) -> UInt64 {
+        let h = s.nextHandle
+        s.nextHandle += 1
+        s.handles[h] = Handle(ino: ino, writable: writable, etag: etag, readAhead: ReadAhead(maxWindow: configuration.maxReadAheadBlocks), listing: nil)
+        return h
     }
 
     /// Makes the local copy writable: a copy of a snapshot that went to the upload queue.
