@@ -143,6 +143,107 @@ public struct BrowseResponse: Codable, Sendable, Equatable {
     }
 }
 
+/// An entry as `GET browse?fields=posix` lists it (a StowFS extension): what a filesystem shows,
+/// without what a client can make itself (the CDN links, the path, the ISO dates). A third of the
+/// seed record's bytes. `FileRecord(_:namespace:path:origin:)` makes the seed record again, equal
+/// to the one the plain listing gives.
+public struct PosixRecord: Codable, Sendable, Equatable {
+    public var fileName: String
+    public var contentType: String
+    public var size: Int64
+    public var tags: [String]
+    public var etag: String
+    public var sha256: String?
+    public var metadata: [String: String]
+    public var isPublic: Bool
+    public var kind: NodeKind
+    public var inode: UInt64
+    public var mode: UInt32?
+    public var uid: UInt32?
+    public var gid: UInt32?
+    public var nlink: UInt32
+    public var atimeNs: Int64
+    public var mtimeNs: Int64
+    public var ctimeNs: Int64
+    /// When the inode was made: the seed record's `created_on`.
+    public var btimeNs: Int64
+    public var target: String?
+    public var rdev: UInt64?
+
+    public init(
+        fileName: String, contentType: String, size: Int64, tags: [String], etag: String, sha256: String?, metadata: [String: String],
+        isPublic: Bool, kind: NodeKind, inode: UInt64, mode: UInt32?, uid: UInt32?, gid: UInt32?, nlink: UInt32, atimeNs: Int64,
+        mtimeNs: Int64, ctimeNs: Int64, btimeNs: Int64, target: String?, rdev: UInt64?
+    ) {
+        self.fileName = fileName
+        self.contentType = contentType
+        self.size = size
+        self.tags = tags
+        self.etag = etag
+        self.sha256 = sha256
+        self.metadata = metadata
+        self.isPublic = isPublic
+        self.kind = kind
+        self.inode = inode
+        self.mode = mode
+        self.uid = uid
+        self.gid = gid
+        self.nlink = nlink
+        self.atimeNs = atimeNs
+        self.mtimeNs = mtimeNs
+        self.ctimeNs = ctimeNs
+        self.btimeNs = btimeNs
+        self.target = target
+        self.rdev = rdev
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case fileName = "file_name"
+        case contentType = "content_type"
+        case size, tags, etag, sha256, metadata
+        case isPublic = "public"
+        case kind, inode, mode, uid, gid, nlink
+        case atimeNs = "atime_ns"
+        case mtimeNs = "mtime_ns"
+        case ctimeNs = "ctime_ns"
+        case btimeNs = "btime_ns"
+        case target, rdev
+    }
+}
+
+extension FileRecord {
+    /// A record's `_id`: its inode number in hex, 24 digits.
+    public static func id(inode: UInt64) -> String {
+        let hex = String(inode, radix: 16)
+        return String(repeating: "0", count: max(0, 24 - hex.count)) + hex
+    }
+
+    /// The seed record of an entry at `path` of `ns`, from what a posix listing gives; `origin`
+    /// (`http://host:port`) begins its CDN link.
+    public init(_ p: PosixRecord, namespace ns: Namespace, path: StoragePath, origin: String) {
+        let relative = Routes.cdn(ns, path)
+        self.init(
+            id: Self.id(inode: p.inode), fileName: p.fileName, filePath: path.string, contentType: p.contentType, namespace: ns.name,
+            size: p.size, cdn: CDNLink(url: origin + relative, absoluteUrl: origin + relative, relativeUrl: relative), tags: p.tags,
+            createdOn: Timestamp.iso8601(nanoseconds: p.btimeNs), modifiedOn: Timestamp.iso8601(nanoseconds: p.mtimeNs), etag: p.etag,
+            sha256: p.sha256, metadata: p.metadata, isPublic: p.isPublic, kind: p.kind, inode: p.inode, mode: p.mode, uid: p.uid, gid: p.gid,
+            nlink: p.nlink, atimeNs: p.atimeNs, mtimeNs: p.mtimeNs, ctimeNs: p.ctimeNs, target: p.target, rdev: p.rdev)
+    }
+}
+
+/// `GET /v1.0/namespaces/{ns}/browse?fields=posix` answer: `BrowseResponse` with posix records.
+public struct PosixBrowseResponse: Codable, Sendable, Equatable {
+    public var items: [PosixRecord]
+    public var folders: [PosixRecord]
+    public var page: PageInfo
+
+    public init(items: [PosixRecord], folders: [PosixRecord], page: PageInfo) {
+        self.items = items
+        self.folders = folders
+        self.page = page
+    }
+}
+
 /// `POST /v1.0/sign-urls` body.
 public struct SignURLsRequest: Codable, Sendable, Equatable {
     /// Seconds the signed URLs stay valid.

@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Reads the API's largest answers — browse and search pages of up to a thousand records — by
 /// hand: JSONDecoder took two thirds of a mount's time to list a big folder (`perf` of `stowfs`
 /// during `ls -f` of 12,000 files). Only the plain shape is read here: strict JSON, integers
@@ -10,22 +14,46 @@ public enum WireJSONReading {
         return try? r.whole { (r: inout JSONReader) throws(JSONReader.Failure) in try browse(&r) }
     }
 
+    /// A `fields=posix` browse page.
+    public static func posixBrowse(_ bytes: UnsafeRawBufferPointer) -> PosixBrowseResponse? {
+        var r = JSONReader(bytes)
+        return try? r.whole { (r: inout JSONReader) throws(JSONReader.Failure) in try posixBrowse(&r) }
+    }
+
     public static func search(_ bytes: UnsafeRawBufferPointer) -> SearchResponse? {
         var r = JSONReader(bytes)
         return try? r.whole { (r: inout JSONReader) throws(JSONReader.Failure) in try search(&r) }
     }
 
     static func browse(_ r: inout JSONReader) throws(JSONReader.Failure) -> BrowseResponse {
-        var items: [FileRecord]?, folders: [FileRecord]?, page: PageInfo?
+        let (items, folders, page) = try page(&r, record)
+        return BrowseResponse(items: items, folders: folders, page: page)
+    }
+
+    static func posixBrowse(_ r: inout JSONReader) throws(JSONReader.Failure) -> PosixBrowseResponse {
+        let (items, folders, page) = try page(&r, posixRecord)
+        return PosixBrowseResponse(items: items, folders: folders, page: page)
+    }
+
+    /// A browse page whose records `element` reads.
+    static func page<R>(
+        _ r: inout JSONReader, _ element: (inout JSONReader) throws(JSONReader.Failure) -> R
+    ) throws(JSONReader.Failure) -> ([R], [R], PageInfo) {
+        var items: [R]?, folders: [R]?, page: PageInfo?
         var seen = SeenKeys()
+        func list(_ r: inout JSONReader) throws(JSONReader.Failure) -> [R] {
+            var out: [R] = []
+            try r.array { r throws(JSONReader.Failure) in out.append(try element(&r)) }
+            return out
+        }
         try r.object { r, key throws(JSONReader.Failure) in
             switch key {
             case "items":
                 try seen.first(0)
-                items = try records(&r)
+                items = try list(&r)
             case "folders":
                 try seen.first(1)
-                folders = try records(&r)
+                folders = try list(&r)
             case "page":
                 try seen.first(2)
                 page = try pageInfo(&r)
@@ -33,7 +61,7 @@ public enum WireJSONReading {
             }
         }
         guard let items, let folders, let page else { throw JSONReader.Failure() }
-        return BrowseResponse(items: items, folders: folders, page: page)
+        return (items, folders, page)
     }
 
     static func search(_ r: inout JSONReader) throws(JSONReader.Failure) -> SearchResponse {
@@ -111,12 +139,43 @@ public enum WireJSONReading {
         return CDNLink(url: url, absoluteUrl: absolute, relativeUrl: relative)
     }
 
-    static func record(_ r: inout JSONReader) throws(JSONReader.Failure) -> FileRecord {
+    /// The keys of a record as read: those of the seed's record, or of a posix one.
+    struct Fields {
         var id: String?, fileName: String?, filePath: String?, contentType: String?, namespace: String?, operation: String?
         var size: Int64?, cdnLink: CDNLink?, success: Bool?, tags: [String]?, createdOn: String?, modifiedOn: String?, etag: String?
         var sha256: String?, metadata: [String: String]?, isPublic: Bool?, kind: NodeKind?, inode: UInt64?
-        var mode: UInt32?, uid: UInt32?, gid: UInt32?, nlink: UInt32?, atime: Int64?, mtime: Int64?, ctime: Int64?
+        var mode: UInt32?, uid: UInt32?, gid: UInt32?, nlink: UInt32?, atime: Int64?, mtime: Int64?, ctime: Int64?, btime: Int64?
         var target: String?, rdev: UInt64?
+    }
+
+    static func record(_ r: inout JSONReader) throws(JSONReader.Failure) -> FileRecord {
+        let f = try fields(&r)
+        guard let id = f.id, let fileName = f.fileName, let filePath = f.filePath, let contentType = f.contentType, let namespace = f.namespace,
+            let operation = f.operation, let size = f.size, let cdnLink = f.cdnLink, let success = f.success, let tags = f.tags,
+            let createdOn = f.createdOn, let modifiedOn = f.modifiedOn, let etag = f.etag, let metadata = f.metadata, let isPublic = f.isPublic,
+            let kind = f.kind, let inode = f.inode, let nlink = f.nlink, let atime = f.atime, let mtime = f.mtime, let ctime = f.ctime
+        else { throw JSONReader.Failure() }
+        return FileRecord(
+            id: id, fileName: fileName, filePath: filePath, contentType: contentType, namespace: namespace, operation: operation,
+            size: size, upload: nil, cdn: cdnLink, success: success, tags: tags, createdOn: createdOn, modifiedOn: modifiedOn, etag: etag,
+            sha256: f.sha256, metadata: metadata, isPublic: isPublic, kind: kind, inode: inode, mode: f.mode, uid: f.uid, gid: f.gid,
+            nlink: nlink, atimeNs: atime, mtimeNs: mtime, ctimeNs: ctime, target: f.target, rdev: f.rdev)
+    }
+
+    static func posixRecord(_ r: inout JSONReader) throws(JSONReader.Failure) -> PosixRecord {
+        let f = try fields(&r)
+        guard let fileName = f.fileName, let contentType = f.contentType, let size = f.size, let tags = f.tags, let etag = f.etag,
+            let metadata = f.metadata, let isPublic = f.isPublic, let kind = f.kind, let inode = f.inode, let nlink = f.nlink,
+            let atime = f.atime, let mtime = f.mtime, let ctime = f.ctime, let btime = f.btime
+        else { throw JSONReader.Failure() }
+        return PosixRecord(
+            fileName: fileName, contentType: contentType, size: size, tags: tags, etag: etag, sha256: f.sha256, metadata: metadata,
+            isPublic: isPublic, kind: kind, inode: inode, mode: f.mode, uid: f.uid, gid: f.gid, nlink: nlink, atimeNs: atime, mtimeNs: mtime,
+            ctimeNs: ctime, btimeNs: btime, target: f.target, rdev: f.rdev)
+    }
+
+    static func fields(_ r: inout JSONReader) throws(JSONReader.Failure) -> Fields {
+        var f = Fields()
         func u32(_ r: inout JSONReader) throws(JSONReader.Failure) -> UInt32 {
             guard let v = UInt32(exactly: try r.int64()) else { throw JSONReader.Failure() }
             return v
@@ -126,86 +185,89 @@ public enum WireJSONReading {
             switch key {
             case "_id":
                 try seen.first(0)
-                id = try r.string()
+                f.id = try r.string()
             case "file_name":
                 try seen.first(1)
-                fileName = try r.string()
+                f.fileName = try r.string()
             case "file_path":
                 try seen.first(2)
-                filePath = try r.string()
+                f.filePath = try r.string()
             case "content_type":
                 try seen.first(3)
-                contentType = try r.string()
+                f.contentType = try r.string()
             case "namespace":
                 try seen.first(4)
-                namespace = try r.string()
+                f.namespace = try r.string()
             case "operation":
                 try seen.first(5)
-                operation = try r.string()
+                f.operation = try r.string()
             case "size":
                 try seen.first(6)
-                size = try r.int64()
+                f.size = try r.int64()
             case "cdn":
                 try seen.first(7)
-                cdnLink = try cdn(&r)
+                f.cdnLink = try cdn(&r)
             case "success":
                 try seen.first(8)
-                success = try r.bool()
+                f.success = try r.bool()
             case "tags":
                 try seen.first(9)
-                tags = try r.strings()
+                f.tags = try r.strings()
             case "created_on":
                 try seen.first(10)
-                createdOn = try r.string()
+                f.createdOn = try r.string()
             case "modified_on":
                 try seen.first(11)
-                modifiedOn = try r.string()
+                f.modifiedOn = try r.string()
             case "etag":
                 try seen.first(12)
-                etag = try r.string()
+                f.etag = try r.string()
             case "sha256":
                 try seen.first(13)
-                sha256 = try r.optional { r throws(JSONReader.Failure) in try r.string() }
+                f.sha256 = try r.optional { r throws(JSONReader.Failure) in try r.string() }
             case "metadata":
                 try seen.first(14)
-                metadata = try r.stringMap()
+                f.metadata = try r.stringMap()
             case "public":
                 try seen.first(15)
-                isPublic = try r.bool()
+                f.isPublic = try r.bool()
             case "kind":
                 try seen.first(16)
                 guard let k = NodeKind(rawValue: try r.string()) else { throw JSONReader.Failure() }
-                kind = k
+                f.kind = k
             case "inode":
                 try seen.first(17)
-                inode = try r.uint64()
+                f.inode = try r.uint64()
             case "mode":
                 try seen.first(18)
-                mode = try r.optional { r throws(JSONReader.Failure) in try u32(&r) }
+                f.mode = try r.optional { r throws(JSONReader.Failure) in try u32(&r) }
             case "uid":
                 try seen.first(19)
-                uid = try r.optional { r throws(JSONReader.Failure) in try u32(&r) }
+                f.uid = try r.optional { r throws(JSONReader.Failure) in try u32(&r) }
             case "gid":
                 try seen.first(20)
-                gid = try r.optional { r throws(JSONReader.Failure) in try u32(&r) }
+                f.gid = try r.optional { r throws(JSONReader.Failure) in try u32(&r) }
             case "nlink":
                 try seen.first(21)
-                nlink = try u32(&r)
+                f.nlink = try u32(&r)
             case "atime_ns":
                 try seen.first(22)
-                atime = try r.int64()
+                f.atime = try r.int64()
             case "mtime_ns":
                 try seen.first(23)
-                mtime = try r.int64()
+                f.mtime = try r.int64()
             case "ctime_ns":
                 try seen.first(24)
-                ctime = try r.int64()
+                f.ctime = try r.int64()
             case "target":
                 try seen.first(25)
-                target = try r.optional { r throws(JSONReader.Failure) in try r.string() }
+                f.target = try r.optional { r throws(JSONReader.Failure) in try r.string() }
             case "rdev":
                 try seen.first(26)
-                rdev = try r.optional { r throws(JSONReader.Failure) in try r.uint64() }
+                f.rdev = try r.optional { r throws(JSONReader.Failure) in try r.uint64() }
+            case "btime_ns":
+                try seen.first(28)
+                f.btime = try r.int64()
             case "upload":
                 try seen.first(27)
                 // An upload link (not in listings): JSONDecoder reads those.
@@ -214,15 +276,7 @@ public enum WireJSONReading {
             default: try r.skipValue()
             }
         }
-        guard let id, let fileName, let filePath, let contentType, let namespace, let operation, let size, let cdnLink, let success,
-            let tags, let createdOn, let modifiedOn, let etag, let metadata, let isPublic, let kind, let inode, let nlink, let atime,
-            let mtime, let ctime
-        else { throw JSONReader.Failure() }
-        return FileRecord(
-            id: id, fileName: fileName, filePath: filePath, contentType: contentType, namespace: namespace, operation: operation,
-            size: size, upload: nil, cdn: cdnLink, success: success, tags: tags, createdOn: createdOn, modifiedOn: modifiedOn, etag: etag,
-            sha256: sha256, metadata: metadata, isPublic: isPublic, kind: kind, inode: inode, mode: mode, uid: uid, gid: gid, nlink: nlink,
-            atimeNs: atime, mtimeNs: mtime, ctimeNs: ctime, target: target, rdev: rdev)
+        return f
     }
 }
 
@@ -294,7 +348,8 @@ struct JSONReader {
 
         static func == (key: Key, name: StaticString) -> Bool {
             name.withUTF8Buffer { n in
-                if let raw = key.raw { return raw.count == n.count && raw.elementsEqual(n) }
+                // memcmp: a record's keys are matched against up to 29 names each.
+                if let raw = key.raw { return raw.count == n.count && (n.count == 0 || memcmp(raw.baseAddress!, n.baseAddress!, n.count) == 0) }
                 return key.decoded!.utf8.elementsEqual(n)
             }
         }

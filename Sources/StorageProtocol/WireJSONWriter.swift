@@ -13,6 +13,16 @@ public protocol WireJSONWritable: Encodable {
 public enum JSONOut {
     public static func string(_ s: String, _ out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
+        // Most strings need no escape: copied whole.
+        let copied: Bool? = s.utf8.withContiguousStorageIfAvailable { bytes in
+            for b in bytes where b < 0x20 || b == UInt8(ascii: "\"") || b == UInt8(ascii: "\\") { return false }
+            out.append(contentsOf: bytes)
+            return true
+        }
+        if copied == true {
+            out.append(UInt8(ascii: "\""))
+            return
+        }
         for byte in s.utf8 {
             switch byte {
             case UInt8(ascii: "\""): out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "\""))
@@ -42,8 +52,28 @@ public enum JSONOut {
         out.append(UInt8(ascii: ":"))
     }
 
+    /// Its decimal digits, written straight into `out` (a String per number was a tenth of a
+    /// listing's time in stowd).
     public static func number(_ n: some BinaryInteger, _ out: inout [UInt8]) {
-        out.append(contentsOf: String(n).utf8)
+        if n < 0 {
+            out.append(UInt8(ascii: "-"))
+        }
+        // The magnitude, as UInt64 (Int64.min's too).
+        var m: UInt64 = n < 0 ? UInt64(0) &- UInt64(truncatingIfNeeded: Int64(n)) : UInt64(n)
+        if m < 10 {
+            out.append(UInt8(ascii: "0") + UInt8(m))
+            return
+        }
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: room for 20 digits
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            var i = buffer.count
+            while m > 0 {
+                i -= 1
+                buffer[i] = UInt8(ascii: "0") + UInt8(m % 10)
+                m /= 10
+            }
+            out.append(contentsOf: buffer[i...])
+        }
     }
 
     public static func bool(_ b: Bool, _ out: inout [UInt8]) {
@@ -76,7 +106,8 @@ public enum JSONOut {
         out.append(contentsOf: WireJSON.encodedByFoundation(value))
     }
 
-    static func records(_ list: [FileRecord], _ out: inout [UInt8]) {
+    static func records(_ list: [some WireJSONWritable], _ out: inout [UInt8]) {
+        out.reserveCapacity(out.count + list.count * 512)
         out.append(UInt8(ascii: "["))
         for (i, r) in list.enumerated() {
             if i > 0 { out.append(UInt8(ascii: ",")) }
@@ -121,6 +152,33 @@ extension FileRecord: WireJSONWritable {
     }
 }
 
+extension PosixRecord: WireJSONWritable {
+    public func writeWireJSON(to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "{"))
+        JSONOut.key("atime_ns", &out, first: true); JSONOut.number(atimeNs, &out)
+        JSONOut.key("btime_ns", &out); JSONOut.number(btimeNs, &out)
+        JSONOut.key("content_type", &out); JSONOut.string(contentType, &out)
+        JSONOut.key("ctime_ns", &out); JSONOut.number(ctimeNs, &out)
+        JSONOut.key("etag", &out); JSONOut.string(etag, &out)
+        JSONOut.key("file_name", &out); JSONOut.string(fileName, &out)
+        if let gid { JSONOut.key("gid", &out); JSONOut.number(gid, &out) }
+        JSONOut.key("inode", &out); JSONOut.number(inode, &out)
+        JSONOut.key("kind", &out); JSONOut.string(kind.rawValue, &out)
+        JSONOut.key("metadata", &out); JSONOut.map(metadata, &out)
+        if let mode { JSONOut.key("mode", &out); JSONOut.number(mode, &out) }
+        JSONOut.key("mtime_ns", &out); JSONOut.number(mtimeNs, &out)
+        JSONOut.key("nlink", &out); JSONOut.number(nlink, &out)
+        JSONOut.key("public", &out); JSONOut.bool(isPublic, &out)
+        if let rdev { JSONOut.key("rdev", &out); JSONOut.number(rdev, &out) }
+        if let sha256 { JSONOut.key("sha256", &out); JSONOut.string(sha256, &out) }
+        JSONOut.key("size", &out); JSONOut.number(size, &out)
+        JSONOut.key("tags", &out); JSONOut.strings(tags, &out)
+        if let target { JSONOut.key("target", &out); JSONOut.string(target, &out) }
+        if let uid { JSONOut.key("uid", &out); JSONOut.number(uid, &out) }
+        out.append(UInt8(ascii: "}"))
+    }
+}
+
 extension CDNLink: WireJSONWritable {
     public func writeWireJSON(to out: inout [UInt8]) {
         out.append(UInt8(ascii: "{"))
@@ -145,6 +203,16 @@ extension PageInfo: WireJSONWritable {
 }
 
 extension BrowseResponse: WireJSONWritable {
+    public func writeWireJSON(to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "{"))
+        JSONOut.key("folders", &out, first: true); JSONOut.records(folders, &out)
+        JSONOut.key("items", &out); JSONOut.records(items, &out)
+        JSONOut.key("page", &out); page.writeWireJSON(to: &out)
+        out.append(UInt8(ascii: "}"))
+    }
+}
+
+extension PosixBrowseResponse: WireJSONWritable {
     public func writeWireJSON(to out: inout [UInt8]) {
         out.append(UInt8(ascii: "{"))
         JSONOut.key("folders", &out, first: true); JSONOut.records(folders, &out)

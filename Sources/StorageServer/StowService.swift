@@ -119,7 +119,7 @@ final class StowService: Sendable {
         var headers = headers
         headers[.contentType] = "application/json; charset=utf-8"
         headers[.cacheControl] = "no-store"
-        return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: WireJSON.encode(value))))
+        return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: WireJSON.bytes(value))))
     }
 
     /// The namespace named by the `:ns` route parameter.
@@ -156,18 +156,17 @@ final class StowService: Sendable {
 
     /// A file record of a node, as answered to clients.
     func record(_ node: Node, base: String) -> FileRecord {
+        FileRecord(posixRecord(node), namespace: node.namespace, path: node.path, origin: base)
+    }
+
+    /// What `browse?fields=posix` lists of a node; the seed's record is made from it.
+    func posixRecord(_ node: Node) -> PosixRecord {
         let i = node.inode
-        let relative = Routes.cdn(node.namespace, node.path)
-        return FileRecord(
-            id: String(repeating: "0", count: max(0, 24 - String(i.ino, radix: 16).count)) + String(i.ino, radix: 16),
-            fileName: node.path.name, filePath: node.path.string,
-            contentType: i.contentType ?? (i.kind == .directory ? "inode/directory" : ContentTypes.fallback),
-            namespace: node.namespace.name, size: i.size,
-            cdn: CDNLink(url: base + relative, absoluteUrl: base + relative, relativeUrl: relative),
-            tags: i.tags, createdOn: Timestamp.iso8601(nanoseconds: i.btimeNs), modifiedOn: Timestamp.iso8601(nanoseconds: i.mtimeNs),
-            etag: i.etag, sha256: i.sha256, metadata: i.metadata, isPublic: i.isPublic, kind: i.kind, inode: i.ino, mode: i.mode,
-            uid: i.uid, gid: i.gid, nlink: i.nlink, atimeNs: i.atimeNs, mtimeNs: i.mtimeNs, ctimeNs: i.ctimeNs, target: i.target,
-            rdev: i.rdev)
+        return PosixRecord(
+            fileName: node.path.name, contentType: i.contentType ?? (i.kind == .directory ? "inode/directory" : ContentTypes.fallback),
+            size: i.size, tags: i.tags, etag: i.etag, sha256: i.sha256, metadata: i.metadata, isPublic: i.isPublic, kind: i.kind, inode: i.ino,
+            mode: i.mode, uid: i.uid, gid: i.gid, nlink: i.nlink, atimeNs: i.atimeNs, mtimeNs: i.mtimeNs, ctimeNs: i.ctimeNs, btimeNs: i.btimeNs,
+            target: i.target, rdev: i.rdev)
     }
 
     // MARK: - Validation of user-given attributes

@@ -61,6 +61,37 @@ struct NameTests {
         #expect(decoded == p.segments)
     }
 
+    @Test("FileName: equal, ordered and hashed by its bytes (NFC and NFD are two names), as the byte-wise comparisons say")
+    func fileNames() {
+        #expect(FileName("caf\u{e9}") != FileName("cafe\u{301}"))
+        #expect(Set([FileName("caf\u{e9}"), FileName("cafe\u{301}"), FileName("caf\u{e9}")]).count == 2)
+        var g = WireJSONWriterTests.Seeded(state: 11)
+        let names = [""] + (0..<400).map { _ in WireJSONWriterTests.text(&g, max: 4) }
+        for a in names {
+            for b in names.prefix(60) {
+                #expect((FileName(a) == FileName(b)) == a.utf8.elementsEqual(b.utf8))
+                #expect((FileName(a) < FileName(b)) == a.utf8.lexicographicallyPrecedes(b.utf8), "\(Array(a.utf8)) \(Array(b.utf8))")
+                if FileName(a) == FileName(b) { #expect(FileName(a).hashValue == FileName(b).hashValue) }
+            }
+        }
+        // A substring's copy hashes as the string it equals.
+        let long = "prefix/" + "name.txt"
+        #expect(FileName(String(long.dropFirst(7))).hashValue == FileName("name.txt").hashValue)
+    }
+
+    @Test("percent-encoding by hand: Foundation's bytes for every byte value, awkward text and 2,000 random strings")
+    func encodingAsFoundation() {
+        let unreserved = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+        var samples = (0..<128).map { String(UnicodeScalar(UInt8($0))) } + WireJSONWriterTests.pieces + ["", "plain.txt", "a b", "%41", "ÿ", "\u{FFFF}"]
+        var g = WireJSONWriterTests.Seeded(state: 3)
+        for _ in 0..<2000 { samples.append(WireJSONWriterTests.text(&g, max: 8)) }
+        for s in samples {
+            #expect(PathEncoding.encode(segment: s) == s.addingPercentEncoding(withAllowedCharacters: unreserved), "\(Array(s.utf8))")
+            #expect(PathEncoding.encode(query: s) == PathEncoding.encode(segment: s))
+            #expect(PathEncoding.decode(PathEncoding.encode(segment: s)) == s)
+        }
+    }
+
     @Test("content types are inferred from the extension, octet-stream last")
     func contentTypes() {
         #expect(ContentTypes.infer(fileName: "a.JPG") == "image/jpeg")

@@ -227,6 +227,51 @@ struct TreeTests {
         }
     }
 
+    @Test("browse with fields=posix: smaller records that make the seed's records again, equal to the plain listing's")
+    func posixListing() async throws {
+        try await withServer { s in
+            _ = try await s.admin.put(Array("hello".utf8), "d/plain.txt")
+            var patch = FilePatch()
+            patch.tags = ["red", "日本"]
+            patch.metadata = ["k": "v \"q\" \\ /", "é": ""]
+            patch.isPublic = true
+            patch.mode = 0o640
+            patch.uid = 7
+            patch.gid = 8
+            patch.contentType = "text/x-odd"
+            _ = try await s.admin.put(Array(repeating: 7, count: 3000), "d/caf\u{e9} 😀 %2F & spaced")
+            _ = try await s.admin.update(testNamespace, path("d/caf\u{e9} 😀 %2F & spaced"), patch, ifMatch: nil)
+            _ = try await s.admin.makeNode(testNamespace, path("d/link"), NodeRequest(kind: .symlink, target: "../plain.txt"))
+            _ = try await s.admin.makeNode(testNamespace, path("d/dev"), NodeRequest(kind: .characterDevice, mode: 0o600, rdev: 0x0103))
+            _ = try await s.admin.makeFolder(testNamespace, path("d/sub"), FolderRequest())
+            _ = try await s.admin.link(testNamespace, from: path("d/plain.txt"), to: path("d/hard"))
+            let level = Routes.browse(testNamespace) + "?prefix=d/&delimiter=/&limit=3"
+            let plain = try await s.raw.send("GET", level).json(BrowseResponse.self)
+            let answer = try await s.raw.send("GET", level + "&fields=posix")
+            #expect(answer.status == 200)
+            let posix = try answer.json(PosixBrowseResponse.self)
+            #expect(posix.page == plain.page)
+            #expect(plain.page.hasNext)
+            #expect(answer.body.count * 5 < WireJSON.encode(plain).count * 3, "posix: \(answer.body.count) bytes, plain: \(WireJSON.encode(plain).count)")
+            // The hand-written reader reads what JSONDecoder reads.
+            #expect(answer.body.withUnsafeBytes { WireJSONReading.posixBrowse($0) } == posix)
+            let origin = try #require(plain.items.first.map { String($0.cdn.url.dropLast($0.cdn.relativeUrl.count)) })
+            let made = { (p: PosixRecord) in FileRecord(p, namespace: testNamespace, path: try! path("d").appending(p.fileName), origin: origin) }
+            #expect(posix.items.map(made) == plain.items)
+            #expect(posix.folders.map(made) == plain.folders)
+            // The client asks for posix records and gives the seed's, whole folder, every page.
+            let all = try await s.raw.send("GET", Routes.browse(testNamespace) + "?prefix=d/&delimiter=/&limit=100").json(BrowseResponse.self)
+            #expect(all.items.count + all.folders.count == 6)
+            let listed = try await s.admin.listAll(testNamespace, folder: path("d"), pageSize: 2)
+            #expect(listed == (all.folders + all.items).sorted { $0.fileName < $1.fileName })
+            #expect(listed.first { $0.fileName.hasPrefix("caf") }?.metadata == patch.metadata)
+            #expect(listed.first { $0.fileName == "link" }?.target == "../plain.txt")
+            #expect(listed.first { $0.fileName == "dev" }?.rdev == 0x0103)
+            #expect(listed.first { $0.fileName == "hard" }?.nlink == 2)
+            #expect(try await s.raw.send("GET", level + "&fields=all").status == 400)
+        }
+    }
+
     @Test("namespaces: create, list by permission, delete only when empty unless recursive")
     func namespaces() async throws {
         try await withServer { s in

@@ -82,6 +82,9 @@ extension StowService {
         let page = try int("page", default: 1, range: 1...Int(Int32.max))
         let delimiter = q["delimiter"].map(String.init)
         if let delimiter, delimiter != "/" { throw APIError.badRequest("`delimiter` can only be `/`") }
+        // `fields=posix` (a StowFS extension): records without what a client can make itself.
+        let posix = q["fields"].map { $0 == "posix" }
+        if posix == false { throw APIError.badRequest("`fields` can only be `posix`") }
         let prefix = q["prefix"].map(String.init) ?? ""
         var folder = StoragePath.root
         var namePrefix = ""
@@ -107,13 +110,17 @@ extension StowService {
             folder: folder, namePrefix: namePrefix, recursive: delimiter == nil, search: q["search"].map(String.init), after: after,
             offset: (page - 1) * limit, limit: limit)
         let result = try await store.list(ns, query)
-        let base = baseURL(request)
-        let records = result.nodes.map { record($0, base: base) }
         let nextID = result.next.map { Base64URL.encode(Data($0.utf8)) }
         let info = PageInfo(
             type: after == nil ? "number" : "cursor", current: after == nil ? page : 1, size: limit, itemTotal: result.total,
             hasNext: result.next != nil, nextId: nextID)
-        return json(BrowseResponse(items: records.filter { $0.kind != .directory }, folders: records.filter { $0.kind == .directory }, page: info))
+        let folders = result.nodes.filter { $0.inode.kind == .directory }
+        let items = result.nodes.filter { $0.inode.kind != .directory }
+        if posix == true {
+            return json(PosixBrowseResponse(items: items.map(posixRecord), folders: folders.map(posixRecord), page: info))
+        }
+        let base = baseURL(request)
+        return json(BrowseResponse(items: items.map { record($0, base: base) }, folders: folders.map { record($0, base: base) }, page: info))
     }
 
     func signURLs(_ request: Request) async throws -> Response {

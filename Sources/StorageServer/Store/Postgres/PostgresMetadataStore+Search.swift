@@ -87,13 +87,14 @@ extension PostgresMetadataStore {
         if rows.isEmpty, try await namespace(ns) == nil { throw StoreError.namespaceNotFound(ns) }
         var nodes: [Node] = []
         var last: SearchCursor?
+        let columns = rows.first.map(InodeColumns.init)
         for row in rows.prefix(limit) {
             let parent = try row["s_parent"].decode(Int64.self)
             let name = try row["s_name"].decode(String.self)
             // Every row read moves the cursor, one left out too (else a page of them would end the search).
             last = SearchCursor(ino: try row["ino"].decode(Int64.self), parent: parent, name: name)
             guard let segments = try row["s_folder"].decode([String]?.self) else { continue }
-            let inode = try Self.decodeInode(row)
+            let inode = try Self.decodeInode(row, columns)
             nodes.append(Node(namespace: ns, path: try StoragePath(segments: segments + [name]), inode: inode))
         }
         return SearchPage(nodes: nodes, next: rows.count > limit ? last : nil)

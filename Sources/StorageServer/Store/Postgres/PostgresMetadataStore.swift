@@ -380,18 +380,24 @@ public final class PostgresMetadataStore: MetadataStore {
                 \(ns.name), \(query.folder.segments), \(query.namePrefix), \(query.search), \(query.after), \(Int64(query.offset)), \(Int64(query.limit) + 1))
             """)
         var nodes: [Node] = []
+        nodes.reserveCapacity(min(rows.count, query.limit))
         var total = 0
         var lastKey: String?
+        var named = 0
+        let columns = rows.first.map { (InodeColumns($0), total: $0["total"].columnIndex, name: $0["entry_name"].columnIndex) }
         for row in rows {
-            total = Int(try row["total"].decode(Int64.self))
-            guard let name = try row["entry_name"].decode(String?.self), nodes.count < query.limit else { continue }
+            guard let columns else { break }
+            total = Int(try row[columns.total].decode(Int64.self))
+            guard let name = try row[columns.name].decode(String?.self) else { continue }
+            named += 1
+            guard nodes.count < query.limit else { continue }
             let path = query.recursive
                 ? try StoragePath(segments: query.folder.segments + (try StoragePath(name)).segments)
                 : try query.folder.appending(name)
-            nodes.append(Node(namespace: ns, path: path, inode: try Self.decodeInode(row)))
+            nodes.append(Node(namespace: ns, path: path, inode: try Self.decodeInode(row, columns.0)))
             lastKey = name
         }
-        let more = rows.filter { (try? $0["entry_name"].decode(String?.self)) != nil }.count > query.limit
+        let more = named > query.limit
         return ListResult(nodes: nodes, total: total, next: more ? lastKey : nil)
     }
 
@@ -698,32 +704,48 @@ public final class PostgresMetadataStore: MetadataStore {
             .joined(separator: ", ")
     }
 
-    static func decodeInode(_ row: PostgresRandomAccessRow) throws -> Inode {
-        func u32(_ name: String) throws -> UInt32? { try row[name].decode(Int64?.self).map { UInt32(truncatingIfNeeded: $0) } }
-        let tags = try row["tags"].decode(String.self)
-        let metadata = try row["metadata"].decode(String.self)
+    /// Where an inode's columns are in the rows of one query: found by name once, then read by
+    /// position (a lookup by name for every cell was a fifth of stowd's time listing 1,000 files).
+    struct InodeColumns {
+        let ino, kind, mode, uid, gid, nlink, size, blob, sha256, contentType, isPublic, target, rdev: Int
+        let atime, mtime, ctime, btime, tags, metadata: Int
+
+        init(_ row: PostgresRandomAccessRow) {
+            func at(_ name: String) -> Int { row[name].columnIndex }
+            (ino, kind, mode, uid, gid, nlink, size) = (at("ino"), at("kind"), at("mode"), at("uid"), at("gid"), at("nlink"), at("size"))
+            (blob, sha256, contentType, isPublic, target, rdev) = (at("blob"), at("sha256"), at("content_type"), at("public"), at("target"), at("rdev"))
+            (atime, mtime, ctime, btime, tags, metadata) = (at("atime_ns"), at("mtime_ns"), at("ctime_ns"), at("btime_ns"), at("tags"), at("metadata"))
+        }
+    }
+
+    /// The inode of a row that has `inodeColumns()`; `columns` from any earlier row of the same query.
+    static func decodeInode(_ row: PostgresRandomAccessRow, _ columns: InodeColumns? = nil) throws -> Inode {
+        let c = columns ?? InodeColumns(row)
+        func u32(_ index: Int) throws -> UInt32? { try row[index].decode(Int64?.self).map { UInt32(truncatingIfNeeded: $0) } }
+        let tags = try row[c.tags].decode(String.self)
+        let metadata = try row[c.metadata].decode(String.self)
         return Inode(
-            ino: UInt64(try row["ino"].decode(Int64.self)),
-            kind: NodeKind(rawValue: try row["kind"].decode(String.self)) ?? .file,
-            mode: try u32("mode"),
-            uid: try u32("uid"),
-            gid: try u32("gid"),
-            nlink: UInt32(truncatingIfNeeded: try row["nlink"].decode(Int64.self)),
-            size: try row["size"].decode(Int64.self),
-            blob: try row["blob"].decode(String?.self),
-            sha256: try row["sha256"].decode(String?.self),
-            contentType: try row["content_type"].decode(String?.self),
+            ino: UInt64(try row[c.ino].decode(Int64.self)),
+            kind: NodeKind(rawValue: try row[c.kind].decode(String.self)) ?? .file,
+            mode: try u32(c.mode),
+            uid: try u32(c.uid),
+            gid: try u32(c.gid),
+            nlink: UInt32(truncatingIfNeeded: try row[c.nlink].decode(Int64.self)),
+            size: try row[c.size].decode(Int64.self),
+            blob: try row[c.blob].decode(String?.self),
+            sha256: try row[c.sha256].decode(String?.self),
+            contentType: try row[c.contentType].decode(String?.self),
             // Most files have neither, and a JSONDecoder per row is costly (a listing of 1,000
             // files through a replica: 44.5 → 36 ms).
             tags: tags == "[]" ? [] : ((try? JSONDecoder().decode([String].self, from: Data(tags.utf8))) ?? []),
             metadata: metadata == "{}" ? [:] : ((try? JSONDecoder().decode([String: String].self, from: Data(metadata.utf8))) ?? [:]),
-            isPublic: try row["public"].decode(Bool.self),
-            target: try row["target"].decode(String?.self),
-            rdev: try row["rdev"].decode(Int64?.self).map { UInt64(bitPattern: $0) },
-            atimeNs: try row["atime_ns"].decode(Int64.self),
-            mtimeNs: try row["mtime_ns"].decode(Int64.self),
-            ctimeNs: try row["ctime_ns"].decode(Int64.self),
-            btimeNs: try row["btime_ns"].decode(Int64.self))
+            isPublic: try row[c.isPublic].decode(Bool.self),
+            target: try row[c.target].decode(String?.self),
+            rdev: try row[c.rdev].decode(Int64?.self).map { UInt64(bitPattern: $0) },
+            atimeNs: try row[c.atime].decode(Int64.self),
+            mtimeNs: try row[c.mtime].decode(Int64.self),
+            ctimeNs: try row[c.ctime].decode(Int64.self),
+            btimeNs: try row[c.btime].decode(Int64.self))
     }
 
     static let uploadColumns = "id, namespace, path, size, content_type, tags, params, created_ns, expires_at, state, result_ino, auto_complete"
