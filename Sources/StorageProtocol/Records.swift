@@ -214,8 +214,16 @@ public struct PosixRecord: Codable, Sendable, Equatable {
 extension FileRecord {
     /// A record's `_id`: its inode number in hex, 24 digits.
     public static func id(inode: UInt64) -> String {
-        let hex = String(inode, radix: 16)
-        return String(repeating: "0", count: max(0, 24 - hex.count)) + hex
+        var digits = [UInt8](repeating: UInt8(ascii: "0"), count: 24)
+        var rest = inode
+        var i = 23
+        while rest > 0 {
+            let d = UInt8(rest & 0xF)
+            digits[i] = d < 10 ? UInt8(ascii: "0") + d : UInt8(ascii: "a") + d - 10
+            rest >>= 4
+            i -= 1
+        }
+        return String(decoding: digits, as: UTF8.self)
     }
 
     /// The seed record of an entry at `path` of `ns`, from what a posix listing gives; `origin`

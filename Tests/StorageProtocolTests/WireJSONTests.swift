@@ -102,6 +102,14 @@ extension WireJSONWriterTests {
     }
 }
 
+@Test("a record's _id: its inode in 24 hex digits, as the server has always written it")
+func recordIDs() {
+    for ino: UInt64 in [0, 1, 15, 16, 255, 0x1234_5678, 0xFFFF_FFFF_FFFF_FFFF] {
+        let hex = String(ino, radix: 16)
+        #expect(FileRecord.id(inode: ino) == String(repeating: "0", count: 24 - hex.count) + hex)
+    }
+}
+
 @Suite("timestamps on the wire")
 struct TimestampTests {
     @Test("the ISO 8601 writer: Foundation's date and time of the whole second, and the milliseconds truncated, from 1970 to 2262")
