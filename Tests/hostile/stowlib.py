@@ -64,6 +64,17 @@ def _kill_leftovers() -> None:
 atexit.register(_kill_leftovers)
 
 
+def _interrupt_on_sigterm(signum, frame) -> None:
+    """A SIGTERM (`timeout`, a CI runner giving up) ends pytest as Ctrl-C does: fixtures' finally
+    blocks and the atexit hook above run, so no stowd outlives the run. Python's default for
+    SIGTERM ends the process at once, and the stowds (in sessions of their own) lived on."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+
+
 def default_binary() -> str:
     d = os.environ.get("STOW_BIN_DIR")
     if d:
