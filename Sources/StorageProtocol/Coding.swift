@@ -13,22 +13,20 @@ public enum WireJSON {
     /// Encodes one of the API's own types. These hold only strings, numbers, maps and arrays, so
     /// encoding cannot fail; should it ever, the answer is an empty object rather than a crash.
     public static func encode<T: Encodable>(_ value: T) -> Data {
-        if let writable = value as? any WireJSONWritable {
-            var out: [UInt8] = []
-            writable.writeWireJSON(to: &out)
-            return Data(out)
-        }
-        return encodedByFoundation(value)
+        handWritten(value).map { Data($0) } ?? encodedByFoundation(value)
     }
 
     /// `encode`'s bytes, as an array (no copy into `Data` for the answers written by hand).
     public static func bytes<T: Encodable>(_ value: T) -> [UInt8] {
-        if let writable = value as? any WireJSONWritable {
-            var out: [UInt8] = []
-            writable.writeWireJSON(to: &out)
-            return out
-        }
-        return Array(encodedByFoundation(value))
+        handWritten(value) ?? Array(encodedByFoundation(value))
+    }
+
+    /// The bytes of a value that writes itself; nil for the others.
+    private static func handWritten<T: Encodable>(_ value: T) -> [UInt8]? {
+        guard let writable = value as? any WireJSONWritable else { return nil }
+        var out: [UInt8] = []
+        writable.writeWireJSON(to: &out)
+        return out
     }
 
     /// Through JSONEncoder, always (`encode` writes the largest answers itself).

@@ -117,6 +117,17 @@ public enum JSONOut {
     }
 }
 
+extension JSONOut {
+    /// A browse page, of either kind of record.
+    static func browsePage<R: WireJSONWritable>(folders: [R], items: [R], page: PageInfo, _ out: inout [UInt8]) {
+        out.append(UInt8(ascii: "{"))
+        key("folders", &out, first: true); records(folders, &out)
+        key("items", &out); records(items, &out)
+        key("page", &out); page.writeWireJSON(to: &out)
+        out.append(UInt8(ascii: "}"))
+    }
+}
+
 extension FileRecord: WireJSONWritable {
     public func writeWireJSON(to out: inout [UInt8]) {
         out.append(UInt8(ascii: "{"))
@@ -203,23 +214,11 @@ extension PageInfo: WireJSONWritable {
 }
 
 extension BrowseResponse: WireJSONWritable {
-    public func writeWireJSON(to out: inout [UInt8]) {
-        out.append(UInt8(ascii: "{"))
-        JSONOut.key("folders", &out, first: true); JSONOut.records(folders, &out)
-        JSONOut.key("items", &out); JSONOut.records(items, &out)
-        JSONOut.key("page", &out); page.writeWireJSON(to: &out)
-        out.append(UInt8(ascii: "}"))
-    }
+    public func writeWireJSON(to out: inout [UInt8]) { JSONOut.browsePage(folders: folders, items: items, page: page, &out) }
 }
 
 extension PosixBrowseResponse: WireJSONWritable {
-    public func writeWireJSON(to out: inout [UInt8]) {
-        out.append(UInt8(ascii: "{"))
-        JSONOut.key("folders", &out, first: true); JSONOut.records(folders, &out)
-        JSONOut.key("items", &out); JSONOut.records(items, &out)
-        JSONOut.key("page", &out); page.writeWireJSON(to: &out)
-        out.append(UInt8(ascii: "}"))
-    }
+    public func writeWireJSON(to out: inout [UInt8]) { JSONOut.browsePage(folders: folders, items: items, page: page, &out) }
 }
 
 extension SearchResponse: WireJSONWritable {
