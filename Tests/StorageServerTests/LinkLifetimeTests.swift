@@ -138,7 +138,7 @@ struct LinkLifetimeTests {
             attempt += 1
             do {
                 return try await body()
-            } catch let error as StorageError where error.kind == .forbidden && attempt < 5 {
+            } catch let error as StorageError where error.kind == .forbidden && attempt < 20 {
                 continue
             }
         }
