@@ -37,6 +37,10 @@ public final class HTTPObjectStore: ObjectStore {
         public var caFile: String?
         /// `--bwlimit`: file contents sent and received wait for their share (nil: no limits).
         public var bandwidth: BandwidthLimits?
+        /// `listFolder`: entries per page, and how many pages it reads at once (the first page
+        /// says where the next ones begin, `splits`).
+        public var listPageSize = 250
+        public var listPagesAtOnce = 8
 
         public init(endpoint: String, token: String?) {
             self.endpoint = endpoint.hasSuffix("/") ? String(endpoint.dropLast()) : endpoint
@@ -190,11 +194,18 @@ public final class HTTPObjectStore: ObjectStore {
     }
 
     public func list(_ ns: Namespace, folder: StoragePath, after: String?, limit: Int) async throws -> ListPage {
+        try await list(ns, folder: folder, after: after, limit: limit, splits: 0)
+    }
+
+    /// A page of a folder; with `splits`, also where up to that many pages after it begin (an
+    /// older server gives none).
+    func list(_ ns: Namespace, folder: StoragePath, after: String?, limit: Int, splits: Int) async throws -> ListPage {
         // Posix records (a third of the bytes); the seed's records are made here from them, equal
         // to the ones a plain listing gives. A server that does not know `fields` sends those.
         var query = [("delimiter", "/"), ("limit", String(limit)), ("fields", "posix")]
         if !folder.isRoot { query.append(("prefix", folder.string + "/")) }
         if let after { query.append(("next_id", after)) }
+        if splits > 0 { query.append(("splits", String(splits))) }
         let answer = try await execute(makeRequest(.GET, url(Routes.browse(ns), query: query)))
         let page: BrowseResponse
         if answer.status == 200, let posix = answer.body.withUnsafeReadableBytes({ WireJSONReading.posixBrowse($0) })
@@ -212,7 +223,63 @@ public final class HTTPObjectStore: ObjectStore {
             page = try decode(BrowseResponse.self, answer)
         }
         let entries = (page.folders + page.items).sorted { $0.fileName < $1.fileName }
-        return ListPage(entries: entries, next: page.page.hasNext ? page.page.nextId : nil)
+        var listed = ListPage(entries: entries, next: page.page.hasNext ? page.page.nextId : nil)
+        listed.splits = page.page.hasNext ? (page.page.splits ?? []).map { (FileName($0.name), $0.nextId) } : []
+        return listed
+    }
+
+    /// Every entry of a folder, several pages at once: each page says where up to
+    /// `listPagesAtOnce` pages after it begin (`splits`), and those are read together, each
+    /// from its split up to the next split's name, with the one after the last split (which says
+    /// where the next ones begin). A range that grew since it was split (names added meanwhile)
+    /// is followed page by page up to its end; names beyond it are its neighbour's. So every name
+    /// that stays in the folder throughout is listed once, as when pages are read one by one. A
+    /// server that gives no splits (an older one) is read one page after another.
+    public func listFolder(_ ns: Namespace, folder: StoragePath, cap: Int?) async throws -> FolderListing {
+        let size = max(1, configuration.listPageSize)
+        // Each round reads as many pages at once as the page before it names splits.
+        let more = max(0, configuration.listPagesAtOnce)
+        var page = try await list(ns, folder: folder, after: nil, limit: size, splits: more)
+        var entries = page.entries
+        while let next = page.next {
+            if let cap, entries.count >= cap { return FolderListing(entries: entries, complete: false) }
+            // The ranges begin where this page ended, whatever the first split says (on a server
+            // that finds the splits apart from the page, a name removed between the two moves it).
+            let splits = page.splits
+            let starts = [next] + splits.dropFirst().map(\.next)
+            let (ranges, tail) = try await withThrowingTaskGroup(of: (Int, ListPage).self) { group in
+                for i in 0..<(starts.count - 1) {
+                    group.addTask {
+                        (i, try await self.listRange(ns, folder: folder, after: starts[i], through: splits[i + 1].name, limit: size))
+                    }
+                }
+                group.addTask { (starts.count - 1, try await self.list(ns, folder: folder, after: starts.last!, limit: size, splits: more)) }
+                var pages = [ListPage?](repeating: nil, count: starts.count)
+                for try await (i, p) in group { pages[i] = p }
+                return (pages.dropLast().map { $0!.entries }, pages.last!!)
+            }
+            for range in ranges { entries += range }
+            entries += tail.entries
+            page = tail
+        }
+        return FolderListing(entries: entries, complete: true)
+    }
+
+    /// The entries after the cursor `after` up to the name `end` (included), in pages.
+    func listRange(_ ns: Namespace, folder: StoragePath, after: String, through end: FileName, limit: Int) async throws -> ListPage {
+        var out: [FileRecord] = []
+        var cursor = after
+        while true {
+            let page = try await list(ns, folder: folder, after: cursor, limit: limit, splits: 0)
+            var reached = false
+            for entry in page.entries {
+                // By bytes, as the server orders names.
+                if end < FileName(entry.fileName) { reached = true } else { out.append(entry) }
+                if FileName(entry.fileName) == end { reached = true }
+            }
+            guard let next = page.next, !reached else { return ListPage(entries: out, next: nil) }
+            cursor = next
+        }
     }
 
     public func search(_ ns: Namespace, _ filter: SearchFilter, cursor: String?, limit: Int) async throws -> SearchResponse {

@@ -21,6 +21,9 @@ public protocol ObjectStore: Sendable {
     func record(_ ns: Namespace, _ path: StoragePath) async throws -> FileRecord
     /// One level of a folder, in name order, after the name `after`.
     func list(_ ns: Namespace, folder: StoragePath, after: String?, limit: Int) async throws -> ListPage
+    /// Every entry of a folder in name order, up to about `cap` of them (all when nil). A store
+    /// may read several pages at once; the default reads them one after another.
+    func listFolder(_ ns: Namespace, folder: StoragePath, cap: Int?) async throws -> FolderListing
     func update(_ ns: Namespace, _ path: StoragePath, _ patch: FilePatch, ifMatch: String?) async throws -> FileRecord
     func delete(_ ns: Namespace, _ path: StoragePath, ifMatch: String?) async throws
     func makeFolder(_ ns: Namespace, _ path: StoragePath, _ request: FolderRequest) async throws -> FileRecord
@@ -161,9 +164,28 @@ public struct ListPage: Sendable, Equatable {
     public var entries: [FileRecord]
     /// Pass as `after` to get the next page; nil on the last page.
     public var next: String?
+    /// Where later pages begin, when asked for (`HTTPObjectStore.listFolder`): after the entry
+    /// `name`, asked for with `next`. The first is this page's own end.
+    public var splits: [(name: FileName, next: String)] = []
+
     public init(entries: [FileRecord], next: String?) {
         self.entries = entries
         self.next = next
+    }
+
+    public static func == (a: ListPage, b: ListPage) -> Bool {
+        a.entries == b.entries && a.next == b.next && a.splits.map(\.name) == b.splits.map(\.name) && a.splits.map(\.next) == b.splits.map(\.next)
+    }
+}
+
+/// A whole folder listing (`listFolder`): its entries in name order, and whether that is all of
+/// them (false when it stopped at its cap).
+public struct FolderListing: Sendable, Equatable {
+    public var entries: [FileRecord]
+    public var complete: Bool
+    public init(entries: [FileRecord], complete: Bool) {
+        self.entries = entries
+        self.complete = complete
     }
 }
 
@@ -190,6 +212,17 @@ public struct ReadResult: Sendable {
 public typealias ProgressHandler = @Sendable (Int64, Int64) -> Void
 
 extension ObjectStore {
+    public func listFolder(_ ns: Namespace, folder: StoragePath, cap: Int?) async throws -> FolderListing {
+        var entries: [FileRecord] = []
+        var after: String?
+        repeat {
+            let page = try await list(ns, folder: folder, after: after, limit: 1000)
+            entries += page.entries
+            after = page.next
+        } while after != nil && (cap == nil || entries.count < cap!)
+        return FolderListing(entries: entries, complete: after == nil)
+    }
+
     /// Every entry of a folder, following pages.
     public func listAll(_ ns: Namespace, folder: StoragePath, pageSize: Int = 1000) async throws -> [FileRecord] {
         var out: [FileRecord] = []

@@ -112,20 +112,43 @@ public struct PageInfo: Codable, Sendable, Equatable {
     public var hasNext: Bool
     /// Pass as `next_id` to get the following page.
     public var nextId: String?
+    /// With `splits=K` (a StowFS extension, one-level listings only): where the pages after this
+    /// one begin, as if each were read in turn with the same `limit` — at most K of them. The
+    /// first is this page's own end, unless names changed while the two were found. A client may
+    /// read those pages at once, each from its split to the next one's name.
+    public var splits: [PageSplit]?
 
-    public init(type: String, current: Int, size: Int, itemTotal: Int, hasNext: Bool, nextId: String?) {
+    public init(type: String, current: Int, size: Int, itemTotal: Int, hasNext: Bool, nextId: String?, splits: [PageSplit]? = nil) {
         self.type = type
         self.current = current
         self.size = size
         self.itemTotal = itemTotal
         self.hasNext = hasNext
         self.nextId = nextId
+        self.splits = splits
     }
 
     enum CodingKeys: String, CodingKey {
-        case type, current, size
+        case type, current, size, splits
         case itemTotal = "item_total"
         case hasNext = "has_next"
+        case nextId = "next_id"
+    }
+}
+
+/// Where a later page of a listing begins: after the entry `name`, asked for with `next_id`.
+public struct PageSplit: Codable, Sendable, Equatable {
+    /// The last name before the page (the one a page of the listing ended with).
+    public var name: String
+    public var nextId: String
+
+    public init(name: String, nextId: String) {
+        self.name = name
+        self.nextId = nextId
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case name
         case nextId = "next_id"
     }
 }

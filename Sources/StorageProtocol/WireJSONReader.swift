@@ -89,7 +89,7 @@ public enum WireJSONReading {
     }
 
     static func pageInfo(_ r: inout JSONReader) throws(JSONReader.Failure) -> PageInfo {
-        var type: String?, current: Int?, size: Int?, total: Int?, hasNext: Bool?, nextId: String?
+        var type: String?, current: Int?, size: Int?, total: Int?, hasNext: Bool?, nextId: String?, splits: [PageSplit]?
         var seen = SeenKeys()
         try r.object { r, key throws(JSONReader.Failure) in
             switch key {
@@ -111,11 +111,36 @@ public enum WireJSONReading {
             case "next_id":
                 try seen.first(5)
                 nextId = try r.optional { r throws(JSONReader.Failure) in try r.string() }
+            case "splits":
+                try seen.first(6)
+                splits = try r.optional { r throws(JSONReader.Failure) in
+                    var list: [PageSplit] = []
+                    try r.array { r throws(JSONReader.Failure) in list.append(try pageSplit(&r)) }
+                    return list
+                }
             default: try r.skipValue()
             }
         }
         guard let type, let current, let size, let total, let hasNext else { throw JSONReader.Failure() }
-        return PageInfo(type: type, current: current, size: size, itemTotal: total, hasNext: hasNext, nextId: nextId)
+        return PageInfo(type: type, current: current, size: size, itemTotal: total, hasNext: hasNext, nextId: nextId, splits: splits)
+    }
+
+    static func pageSplit(_ r: inout JSONReader) throws(JSONReader.Failure) -> PageSplit {
+        var name: String?, nextId: String?
+        var seen = SeenKeys()
+        try r.object { r, key throws(JSONReader.Failure) in
+            switch key {
+            case "name":
+                try seen.first(0)
+                name = try r.string()
+            case "next_id":
+                try seen.first(1)
+                nextId = try r.string()
+            default: try r.skipValue()
+            }
+        }
+        guard let name, let nextId else { throw JSONReader.Failure() }
+        return PageSplit(name: name, nextId: nextId)
     }
 
     static func cdn(_ r: inout JSONReader) throws(JSONReader.Failure) -> CDNLink {

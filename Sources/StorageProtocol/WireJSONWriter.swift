@@ -208,6 +208,18 @@ extension PageInfo: WireJSONWritable {
         JSONOut.key("item_total", &out); JSONOut.number(itemTotal, &out)
         if let nextId { JSONOut.key("next_id", &out); JSONOut.string(nextId, &out) }
         JSONOut.key("size", &out); JSONOut.number(size, &out)
+        if let splits {
+            JSONOut.key("splits", &out)
+            out.append(UInt8(ascii: "["))
+            for (i, split) in splits.enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                out.append(UInt8(ascii: "{"))
+                JSONOut.key("name", &out, first: true); JSONOut.string(split.name, &out)
+                JSONOut.key("next_id", &out); JSONOut.string(split.nextId, &out)
+                out.append(UInt8(ascii: "}"))
+            }
+            out.append(UInt8(ascii: "]"))
+        }
         JSONOut.key("type", &out); JSONOut.string(type, &out)
         out.append(UInt8(ascii: "}"))
     }

@@ -59,7 +59,9 @@ struct WireJSONWriterTests {
             let records = (0..<50).map { _ in Self.record(&g) }
             let browse = BrowseResponse(
                 items: Array(records.prefix(40)), folders: Array(records.dropFirst(40)),
-                page: PageInfo(type: "cursor", current: round, size: 1000, itemTotal: round * 7, hasNext: round % 2 == 0, nextId: round % 3 == 0 ? nil : Self.text(&g)))
+                page: PageInfo(
+                    type: "cursor", current: round, size: 1000, itemTotal: round * 7, hasNext: round % 2 == 0, nextId: round % 3 == 0 ? nil : Self.text(&g),
+                    splits: round % 4 == 0 ? nil : (0..<(round % 4 - 1)).map { _ in PageSplit(name: Self.text(&g), nextId: Self.text(&g)) }))
             let written = WireJSON.encode(browse)
             let foundation = try WireJSON.encoder().encode(browse)
             #expect(written == foundation, "round \(round): \(String(decoding: written, as: UTF8.self).prefix(400)) …")
@@ -143,7 +145,9 @@ struct WireJSONReaderTests {
         for i in list.indices { list[i].upload = nil }
         return BrowseResponse(
             items: Array(list.dropFirst(records / 4)), folders: Array(list.prefix(records / 4)),
-            page: PageInfo(type: "cursor", current: 1, size: 1000, itemTotal: records, hasNext: Bool.random(using: &g), nextId: Bool.random(using: &g) ? "n" : nil))
+            page: PageInfo(
+                type: "cursor", current: 1, size: 1000, itemTotal: records, hasNext: Bool.random(using: &g), nextId: Bool.random(using: &g) ? "n" : nil,
+                splits: Bool.random(using: &g) ? nil : [PageSplit(name: "a \"b\" 日本", nextId: "YQ"), PageSplit(name: "z", nextId: "eg")]))
     }
 
     @Test("awkward records, compact and pretty-printed: read as JSONDecoder reads them")

@@ -26,14 +26,7 @@ struct TLSTests {
         var c = HTTPObjectStore.Configuration(endpoint: url, token: TestServer.adminToken)
         c.caFile = caFile
         c.retry = RetryPolicy(attempts: 2, baseDelay: .milliseconds(20))
-        let client = HTTPObjectStore(configuration: c)
-        do {
-            try await body(client)
-        } catch {
-            try? await client.shutdown()
-            throw error
-        }
-        try? await client.shutdown()
+        try await withHTTPClient(c, body)
     }
 
     /// The StorageError a call throws (a test failure, and nil, when it throws none or another error).

@@ -104,6 +104,18 @@ func withServer(
     if let failure { throw failure }
 }
 
+/// A client made with `configuration`, shut down however `body` ends.
+func withHTTPClient(_ configuration: HTTPObjectStore.Configuration, _ body: (HTTPObjectStore) async throws -> Void) async throws {
+    let client = HTTPObjectStore(configuration: configuration)
+    do {
+        try await body(client)
+    } catch {
+        try? await client.shutdown()
+        throw error
+    }
+    try? await client.shutdown()
+}
+
 /// Runs `body` against `count` servers that share one metadata store and one blob store (replicas,
 /// each with its own data directory) when the backend allows it (PostgreSQL and S3); otherwise
 /// against one server `count` times (its single process then plays every replica: replicas on

@@ -227,6 +227,105 @@ struct TreeTests {
         }
     }
 
+    /// A client of `s` that reads folders `atOnce` pages of `pageSize` at a time; shut down after.
+    static func withLister(_ s: TestServer, pageSize: Int, atOnce: Int, _ body: (HTTPObjectStore) async throws -> Void) async throws {
+        var c = s.admin.configuration
+        c.listPageSize = pageSize
+        c.listPagesAtOnce = atOnce
+        try await withHTTPClient(c, body)
+    }
+
+    /// Small files, in one request.
+    static func fill(_ s: TestServer, _ folder: String, _ names: [String]) async throws {
+        let files = names.map { (StartUploadRequest(fileName: "\(folder)/\($0)", size: 1), UploadSource.bytes(ByteBuffer(string: "x"))) }
+        for result in try await s.admin.uploadBatch(testNamespace, files) { _ = try result.get() }
+    }
+
+    @Test("browse with splits=K names where up to K more pages begin, over the same names a page lists (prefix, search, a cursor, page numbers)")
+    func splits() async throws {
+        try await withServer { s in
+            let names = (0..<24).map { String(format: "n%02d", $0) }
+            try await Self.fill(s, "s", names.filter { $0 != "n07" })
+            _ = try await s.admin.makeFolder(testNamespace, path("s/n07"), FolderRequest())
+            func splits(_ query: String) async throws -> [PageSplit]? {
+                let answer = try await s.raw.send("GET", Routes.browse(testNamespace) + "?delimiter=/&fields=posix&" + query)
+                #expect(answer.status == 200, "\(query): \(String(decoding: answer.body, as: UTF8.self))")
+                let page = try answer.json(PosixBrowseResponse.self).page
+                if let first = page.splits?.first { #expect(first.nextId == page.nextId, "the first split is the page's own end") }
+                return page.splits
+            }
+            let five = try #require(try await splits("prefix=s/&limit=5&splits=10"))
+            #expect(five.map(\.name) == ["n04", "n09", "n14", "n19"])
+            // Each split's next_id starts the page after its name; the folder n07 counts as an entry.
+            for split in five {
+                let page = try await s.raw.send("GET", Routes.browse(testNamespace) + "?delimiter=/&prefix=s/&limit=5&next_id=\(split.nextId)")
+                    .json(BrowseResponse.self)
+                let listed = (page.folders + page.items).map(\.fileName).sorted()
+                #expect(listed.first.flatMap { names.firstIndex(of: $0) } == names.firstIndex(of: split.name)! + 1)
+                #expect(listed.count == min(5, names.count - 1 - names.firstIndex(of: split.name)!))
+                #expect(listed.contains("n07") == (split.name == "n04"))
+            }
+            #expect(try await splits("prefix=s/&limit=5&splits=2")?.map(\.name) == ["n04", "n09"])
+            // A page that ends with the last name has no split there.
+            #expect(try await splits("prefix=s/&limit=12&splits=5")?.map(\.name) == ["n11"])
+            #expect(try await splits("prefix=s/&limit=24&splits=5")?.map(\.name) == [])
+            #expect(try await splits("prefix=s/&limit=5")?.map(\.name) == nil)
+            // After a cursor, and by page number: counted from the page's start.
+            #expect(try await splits("prefix=s/&limit=5&splits=10&next_id=\(five[1].nextId)")?.map(\.name) == ["n14", "n19"])
+            #expect(try await splits("prefix=s/&limit=5&splits=10&page=2")?.map(\.name) == ["n09", "n14", "n19"])
+            // Over the names a prefix or a search lets through.
+            #expect(try await splits("prefix=s/n1&limit=3&splits=10")?.map(\.name) == ["n12", "n15", "n18"])
+            #expect(try await splits("prefix=s/&search=1&limit=4&splits=10")?.map(\.name) == ["n12", "n16"])
+            for bad in ["prefix=s/&limit=5&splits=101", "prefix=s/&limit=5&splits=-1", "prefix=s/&limit=5&splits=x"] {
+                #expect(try await s.raw.send("GET", Routes.browse(testNamespace) + "?delimiter=/&" + bad).status == 400, "\(bad)")
+            }
+            #expect(try await s.raw.send("GET", Routes.browse(testNamespace) + "?prefix=s/&limit=5&splits=3").status == 400, "recursive")
+            // The client reads a folder several pages at once: the same entries as one page after another.
+            let all = try await s.admin.listAll(testNamespace, folder: path("s"), pageSize: 1000)
+            #expect(all.count == 24)
+            try await Self.withLister(s, pageSize: 2, atOnce: 3) { client in
+                let whole = try await client.listFolder(testNamespace, folder: path("s"), cap: nil)
+                #expect(whole == FolderListing(entries: all, complete: true))
+                let capped = try await client.listFolder(testNamespace, folder: path("s"), cap: 5)
+                #expect(!capped.complete && capped.entries.count >= 5 && capped.entries == Array(all.prefix(capped.entries.count)))
+                #expect(try await client.listFolder(testNamespace, folder: path("s/n07"), cap: nil) == FolderListing(entries: [], complete: true))
+            }
+            // With the defaults (pages of 250, 8 at once): one page here.
+            #expect(try await s.admin.listFolder(testNamespace, folder: path("s"), cap: nil).entries.count == 24)
+        }
+    }
+
+    @Test("a folder read several pages at once while names come and go: every name that stays is listed once, nothing twice")
+    func splitsUnderChurn() async throws {
+        try await withServer { s in
+            let stable = (0..<60).map { String(format: "k%03d", $0 * 10) }
+            try await Self.fill(s, "c", stable)
+            // Names between the stable ones, made and removed while the folder is read: ranges grow
+            // past their page, and shrink.
+            let churn = Task {
+                var round = 0
+                while !Task.isCancelled {
+                    let names = (0..<8).map { String(format: "k%03d", (($0 * 7 + round) % 59) * 10 + 5) }
+                    try await Self.fill(s, "c", names)
+                    for name in names { try await s.admin.delete(testNamespace, path("c/\(name)"), ifMatch: nil) }
+                    round += 1
+                }
+            }
+            defer { churn.cancel() }
+            try await Self.withLister(s, pageSize: 4, atOnce: 4) { client in
+                for _ in 0..<15 {
+                    let listing = try await client.listFolder(testNamespace, folder: path("c"), cap: nil)
+                    #expect(listing.complete)
+                    let listed = listing.entries.map(\.fileName)
+                    #expect(Set(listed).count == listed.count, "a name listed twice: \(listed)")
+                    #expect(Set(stable).isSubset(of: Set(listed)), "missing: \(Set(stable).subtracting(listed).sorted())")
+                }
+            }
+            churn.cancel()
+            _ = await churn.result
+        }
+    }
+
     @Test("browse with fields=posix: smaller records that make the seed's records again, equal to the plain listing's")
     func posixListing() async throws {
         try await withServer { s in

@@ -106,14 +106,19 @@ extension StowService {
             }
             after = key
         }
+        // `splits=K` (a StowFS extension): where the next K pages begin, so that a client can read
+        // them at once. One level only: a recursive listing's pages are not cut by names.
+        let splits = try int("splits", default: 0, range: 0...100)
+        if splits > 0 && delimiter == nil { throw APIError.badRequest("`splits` needs `delimiter=/`") }
         let query = ListQuery(
             folder: folder, namePrefix: namePrefix, recursive: delimiter == nil, search: q["search"].map(String.init), after: after,
-            offset: (page - 1) * limit, limit: limit)
+            offset: (page - 1) * limit, limit: limit, splits: splits)
         let result = try await store.list(ns, query)
         let nextID = result.next.map { Base64URL.encode(Data($0.utf8)) }
         let info = PageInfo(
             type: after == nil ? "number" : "cursor", current: after == nil ? page : 1, size: limit, itemTotal: result.total,
-            hasNext: result.next != nil, nextId: nextID)
+            hasNext: result.next != nil, nextId: nextID,
+            splits: splits > 0 ? result.splits.map { PageSplit(name: $0, nextId: Base64URL.encode(Data($0.utf8))) } : nil)
         let folders = result.nodes.filter { $0.inode.kind == .directory }
         let items = result.nodes.filter { $0.inode.kind != .directory }
         if posix == true {

@@ -210,8 +210,13 @@ public struct ListQuery: Sendable, Equatable {
     /// Page-numbered listing: skip this many.
     public var offset: Int
     public var limit: Int
+    /// One level only: also find where up to this many pages after this one begin (`splits`).
+    public var splits: Int
 
-    public init(folder: StoragePath, namePrefix: String = "", recursive: Bool, search: String? = nil, after: String? = nil, offset: Int = 0, limit: Int) {
+    public init(
+        folder: StoragePath, namePrefix: String = "", recursive: Bool, search: String? = nil, after: String? = nil, offset: Int = 0, limit: Int,
+        splits: Int = 0
+    ) {
         self.folder = folder
         self.namePrefix = namePrefix
         self.recursive = recursive
@@ -219,6 +224,7 @@ public struct ListQuery: Sendable, Equatable {
         self.after = after
         self.offset = offset
         self.limit = limit
+        self.splits = splits
     }
 }
 
@@ -227,6 +233,10 @@ public struct ListResult: Sendable, Equatable {
     public var total: Int
     /// The key to continue after, when there is more.
     public var next: String?
+    /// With `ListQuery.splits`: the names that end this page and each of the following pages of
+    /// `limit` entries, in order, while an entry follows them (the first is normally `next`:
+    /// found apart from the page, it may differ when names change meanwhile).
+    public var splits: [String] = []
 }
 
 public struct StoreStatistics: Sendable, Equatable {

@@ -259,7 +259,25 @@ public final class SQLiteMetadataStore: MetadataStore {
             nodes.append(Node(namespace: ns, path: try q.folder.appending(name), inode: try decodeInode(row, columns!)))
         }
         let next = rows.count > q.limit ? nodes.last?.path.name : nil
-        return ListResult(nodes: nodes, total: total, next: next)
+        var splits: [String] = []
+        if q.splits > 0, next != nil {
+            // The names at every `limit`-th place from the page's start, followed by another:
+            // read from the first pages' worth of names only (the index's order).
+            args["scan"] = (q.after == nil ? q.offset : 0) + q.limit * q.splits + 1
+            args["size"] = q.limit
+            args["splits"] = q.splits
+            splits = try String.fetchAll(
+                db,
+                sql: """
+                    SELECT name FROM (
+                        SELECT name, row_number() OVER w AS r, lead(name) OVER w IS NOT NULL AS more
+                        FROM (SELECT e.name AS name FROM entries e WHERE \(pageFilter) ORDER BY e.name LIMIT :scan)
+                        WINDOW w AS (ORDER BY name))
+                    WHERE r > :offset AND (r - :offset) % :size = 0 AND more ORDER BY name LIMIT :splits
+                    """,
+                arguments: StatementArguments(args))
+        }
+        return ListResult(nodes: nodes, total: total, next: next, splits: splits)
     }
 
     private static func listRecursive(_ db: Database, _ ns: Namespace, folder: Int64, _ q: ListQuery) throws -> ListResult {

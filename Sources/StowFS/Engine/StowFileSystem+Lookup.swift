@@ -369,14 +369,9 @@ extension StowFileSystem {
                 for r in records { names[r.name] = namespaceInode(&s, r) }
             }
         } else {
-            var after: String?
-            var records: [FileRecord] = []
-            repeat {
-                let page = try await remote { try await store.list(location.namespace!, folder: location.path, after: after, limit: 1000) }
-                records += page.entries
-                after = page.next
-            } while after != nil && (cap == nil || records.count < cap!)
-            complete = after == nil
+            let listing = try await remote { try await store.listFolder(location.namespace!, folder: location.path, cap: cap) }
+            let records = listing.entries
+            complete = listing.complete
             state.withLock { s in
                 for r in records { names[r.fileName] = upsert(&s, r, parent: ino, name: r.fileName, observedAt: started) }
             }
