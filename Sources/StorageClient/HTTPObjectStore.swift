@@ -274,8 +274,9 @@ public final class HTTPObjectStore: ObjectStore {
             var reached = false
             for entry in page.entries {
                 // By bytes, as the server orders names.
-                if end < FileName(entry.fileName) { reached = true } else { out.append(entry) }
-                if FileName(entry.fileName) == end { reached = true }
+                let name = FileName(entry.fileName)
+                if name <= end { out.append(entry) }
+                if name >= end { reached = true }
             }
             guard let next = page.next, !reached else { return ListPage(entries: out, next: nil) }
             cursor = next

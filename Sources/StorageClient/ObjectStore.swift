@@ -165,7 +165,8 @@ public struct ListPage: Sendable, Equatable {
     /// Pass as `after` to get the next page; nil on the last page.
     public var next: String?
     /// Where later pages begin, when asked for (`HTTPObjectStore.listFolder`): after the entry
-    /// `name`, asked for with `next`. The first is this page's own end.
+    /// `name`, asked for with `next`. The first is normally this page's own end (`listFolder`
+    /// starts from `next` whatever it says).
     public var splits: [(name: FileName, next: String)] = []
 
     public init(entries: [FileRecord], next: String?) {
@@ -213,25 +214,23 @@ public typealias ProgressHandler = @Sendable (Int64, Int64) -> Void
 
 extension ObjectStore {
     public func listFolder(_ ns: Namespace, folder: StoragePath, cap: Int?) async throws -> FolderListing {
-        var entries: [FileRecord] = []
-        var after: String?
-        repeat {
-            let page = try await list(ns, folder: folder, after: after, limit: 1000)
-            entries += page.entries
-            after = page.next
-        } while after != nil && (cap == nil || entries.count < cap!)
-        return FolderListing(entries: entries, complete: after == nil)
+        try await pageByPage(ns, folder: folder, pageSize: 1000, cap: cap)
     }
 
     /// Every entry of a folder, following pages.
     public func listAll(_ ns: Namespace, folder: StoragePath, pageSize: Int = 1000) async throws -> [FileRecord] {
-        var out: [FileRecord] = []
+        try await pageByPage(ns, folder: folder, pageSize: pageSize, cap: nil).entries
+    }
+
+    /// A folder read one page after another, until its end or `cap` entries.
+    func pageByPage(_ ns: Namespace, folder: StoragePath, pageSize: Int, cap: Int?) async throws -> FolderListing {
+        var entries: [FileRecord] = []
         var after: String?
         repeat {
             let page = try await list(ns, folder: folder, after: after, limit: pageSize)
-            out += page.entries
+            entries += page.entries
             after = page.next
-        } while after != nil
-        return out
+        } while after != nil && (cap == nil || entries.count < cap!)
+        return FolderListing(entries: entries, complete: after == nil)
     }
 }

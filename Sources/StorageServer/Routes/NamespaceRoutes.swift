@@ -114,11 +114,11 @@ extension StowService {
             folder: folder, namePrefix: namePrefix, recursive: delimiter == nil, search: q["search"].map(String.init), after: after,
             offset: (page - 1) * limit, limit: limit, splits: splits)
         let result = try await store.list(ns, query)
-        let nextID = result.next.map { Base64URL.encode(Data($0.utf8)) }
+        func cursor(_ key: String) -> String { Base64URL.encode(Data(key.utf8)) }
         let info = PageInfo(
             type: after == nil ? "number" : "cursor", current: after == nil ? page : 1, size: limit, itemTotal: result.total,
-            hasNext: result.next != nil, nextId: nextID,
-            splits: splits > 0 ? result.splits.map { PageSplit(name: $0, nextId: Base64URL.encode(Data($0.utf8))) } : nil)
+            hasNext: result.next != nil, nextId: result.next.map(cursor),
+            splits: splits > 0 ? result.splits.map { PageSplit(name: $0, nextId: cursor($0)) } : nil)
         let folders = result.nodes.filter { $0.inode.kind == .directory }
         let items = result.nodes.filter { $0.inode.kind != .directory }
         if posix == true {
