@@ -25,6 +25,55 @@ public enum WireJSONReading {
         return try? r.whole { (r: inout JSONReader) throws(JSONReader.Failure) in try search(&r) }
     }
 
+    /// One record (the answer of a complete, a folder made, a file's attributes changed).
+    public static func fileRecord(_ bytes: UnsafeRawBufferPointer) -> FileRecord? {
+        var r = JSONReader(bytes)
+        return try? r.whole { (r: inout JSONReader) throws(JSONReader.Failure) in try record(&r) }
+    }
+
+    /// A batch upload's answer whose every file was stored (a refusal's error body is left to
+    /// JSONDecoder, with the rest of the answer).
+    public static func batchResponse(_ bytes: UnsafeRawBufferPointer) -> BatchUpload.Response? {
+        var r = JSONReader(bytes)
+        return try? r.whole { (r: inout JSONReader) throws(JSONReader.Failure) in try batchResponse(&r) }
+    }
+
+    static func batchResponse(_ r: inout JSONReader) throws(JSONReader.Failure) -> BatchUpload.Response {
+        var results: [BatchUpload.Result]?
+        var seen = SeenKeys()
+        try r.object { r, key throws(JSONReader.Failure) in
+            switch key {
+            case "results":
+                try seen.first(0)
+                var list: [BatchUpload.Result] = []
+                try r.array { r throws(JSONReader.Failure) in list.append(try batchResult(&r)) }
+                results = list
+            default: try r.skipValue()
+            }
+        }
+        guard let results else { throw JSONReader.Failure() }
+        return BatchUpload.Response(results: results)
+    }
+
+    static func batchResult(_ r: inout JSONReader) throws(JSONReader.Failure) -> BatchUpload.Result {
+        var result = BatchUpload.Result()
+        var seen = SeenKeys()
+        try r.object { r, key throws(JSONReader.Failure) in
+            switch key {
+            case "file":
+                try seen.first(0)
+                result.file = try r.optional { r throws(JSONReader.Failure) in try record(&r) }
+            case "status":
+                try seen.first(1)
+                result.status = try r.optional { r throws(JSONReader.Failure) in Int(try r.int64()) }
+            // An error body: JSONDecoder reads the whole answer.
+            case "error": throw JSONReader.Failure()
+            default: try r.skipValue()
+            }
+        }
+        return result
+    }
+
     static func browse(_ r: inout JSONReader) throws(JSONReader.Failure) -> BrowseResponse {
         let (items, folders, page) = try page(&r, record)
         return BrowseResponse(items: items, folders: folders, page: page)

@@ -241,3 +241,84 @@ extension SearchResponse: WireJSONWritable {
         out.append(UInt8(ascii: "}"))
     }
 }
+
+/// A batch's answer: a record per stored file (`perf` of `stowd` storing small files in batches:
+/// JSONEncoder took 9% of its time for these).
+extension BatchUpload.Response: WireJSONWritable {
+    public func writeWireJSON(to out: inout [UInt8]) {
+        out.reserveCapacity(out.count + results.count * 600)
+        out.append(contentsOf: Array(#"{"results":["#.utf8))
+        for (i, r) in results.enumerated() {
+            if i > 0 { out.append(UInt8(ascii: ",")) }
+            out.append(UInt8(ascii: "{"))
+            var first = true
+            if let error = r.error {
+                JSONOut.key("error", &out, first: first); first = false
+                JSONOut.encoded(error, &out)
+            }
+            if let file = r.file {
+                JSONOut.key("file", &out, first: first); first = false
+                file.writeWireJSON(to: &out)
+            }
+            if let status = r.status {
+                JSONOut.key("status", &out, first: first)
+                JSONOut.number(status, &out)
+            }
+            out.append(UInt8(ascii: "}"))
+        }
+        out.append(contentsOf: Array("]}".utf8))
+    }
+}
+
+extension JSONOut {
+    /// `"key":` after the keys before it, if any: for objects whose every key may be absent.
+    static func key(_ k: StaticString, _ out: inout [UInt8], after first: inout Bool) {
+        key(k, &out, first: first)
+        first = false
+    }
+}
+
+/// An upload's extras: written with every upload a mount starts and every record it journals
+/// (`perf` of a mount under `tar x`: JSONEncoder was 5% of its time, most of it for these).
+extension UploadParams: WireJSONWritable {
+    public func writeWireJSON(to out: inout [UInt8]) {
+        var first = true
+        out.append(UInt8(ascii: "{"))
+        if let atimeNs { JSONOut.key("atime_ns", &out, after: &first); JSONOut.number(atimeNs, &out) }
+        if let ctimeNs { JSONOut.key("ctime_ns", &out, after: &first); JSONOut.number(ctimeNs, &out) }
+        if let gid { JSONOut.key("gid", &out, after: &first); JSONOut.number(gid, &out) }
+        if let ifMatch { JSONOut.key("if_match", &out, after: &first); JSONOut.string(ifMatch, &out) }
+        if let ifNoneMatch { JSONOut.key("if_none_match", &out, after: &first); JSONOut.string(ifNoneMatch, &out) }
+        if let metadata { JSONOut.key("metadata", &out, after: &first); JSONOut.map(metadata, &out) }
+        if let mode { JSONOut.key("mode", &out, after: &first); JSONOut.number(mode, &out) }
+        if let mtimeNs { JSONOut.key("mtime_ns", &out, after: &first); JSONOut.number(mtimeNs, &out) }
+        if let isPublic { JSONOut.key("public", &out, after: &first); JSONOut.bool(isPublic, &out) }
+        if let sha256 { JSONOut.key("sha256", &out, after: &first); JSONOut.string(sha256, &out) }
+        if let uid { JSONOut.key("uid", &out, after: &first); JSONOut.number(uid, &out) }
+        if let zerosFrom { JSONOut.key("zeros_from", &out, after: &first); JSONOut.number(zerosFrom, &out) }
+        out.append(UInt8(ascii: "}"))
+    }
+}
+
+extension StartUploadRequest: WireJSONWritable {
+    public func writeWireJSON(to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "{"))
+        var first = true
+        if let contentType { JSONOut.key("content_type", &out, after: &first); JSONOut.string(contentType, &out) }
+        if let deferLength { JSONOut.key("defer_length", &out, after: &first); JSONOut.bool(deferLength, &out) }
+        JSONOut.key("file_name", &out, after: &first); JSONOut.string(fileName, &out)
+        if let params { JSONOut.key("params", &out); params.writeWireJSON(to: &out) }
+        JSONOut.key("size", &out); JSONOut.number(size, &out)
+        if let tags { JSONOut.key("tags", &out); JSONOut.strings(tags, &out) }
+        out.append(UInt8(ascii: "}"))
+    }
+}
+
+/// A batch's declaration: a mount sends one per batch of small files.
+extension BatchUpload.Request: WireJSONWritable {
+    public func writeWireJSON(to out: inout [UInt8]) {
+        out.append(contentsOf: Array(#"{"files":"#.utf8))
+        JSONOut.records(files, &out)
+        out.append(UInt8(ascii: "}"))
+    }
+}

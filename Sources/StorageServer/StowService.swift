@@ -202,7 +202,6 @@ final class StowService: Sendable {
 
     /// A new random id (upload ids double as blob ids): 128 bits, hex.
     static func newID() -> String {
-        var rng = SystemRandomNumberGenerator()
-        return (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &rng)) }.joined()
+        Hex.random(bytes: 16)
     }
 }

@@ -88,6 +88,49 @@ struct WireJSONWriterTests {
 }
 
 extension WireJSONWriterTests {
+    @Test("a batch upload's answer: the same bytes as JSONEncoder's, with records, refusals and both")
+    func batchResponse() throws {
+        var g = Seeded(state: 23)
+        for round in 0..<20 {
+            let results = (0..<(round % 7)).map { i -> BatchUpload.Result in
+                switch (i + round) % 4 {
+                case 0: BatchUpload.Result(file: Self.record(&g))
+                case 1: BatchUpload.Result(status: 409, error: ErrorBody(message: Self.text(&g), code: .badRequest))
+                case 2: BatchUpload.Result(file: Self.record(&g), status: 201)
+                default: BatchUpload.Result()
+                }
+            }
+            let response = BatchUpload.Response(results: results)
+            let written = WireJSON.encode(response)
+            #expect(written == (try WireJSON.encoder().encode(response)), "round \(round): \(String(decoding: written, as: UTF8.self).prefix(400))")
+            #expect(try WireJSON.decoder().decode(BatchUpload.Response.self, from: written) == response)
+        }
+    }
+
+    @Test("upload starts, their extras and a batch's declaration: the same bytes as JSONEncoder's, any field present or not")
+    func uploadRequests() throws {
+        var g = Seeded(state: 31)
+        func maybe<T>(_ v: @autoclosure () -> T) -> T? { Bool.random(using: &g) ? v() : nil }
+        var files: [StartUploadRequest] = []
+        for round in 0..<200 {
+            let params = UploadParams(
+                metadata: maybe([Self.text(&g): Self.text(&g), Self.text(&g): Self.text(&g)]), isPublic: maybe(Bool.random(using: &g)),
+                ifMatch: maybe(Self.text(&g)), ifNoneMatch: maybe("*"), sha256: maybe(Self.text(&g)), mode: maybe(UInt32.random(in: 0...UInt32.max, using: &g)),
+                uid: maybe(UInt32.random(in: 0...UInt32.max, using: &g)), gid: maybe(0), mtimeNs: maybe(Int64.random(in: .min ... .max, using: &g)),
+                atimeNs: maybe(-1), ctimeNs: maybe(Int64.max), zerosFrom: maybe(Int64.random(in: 0...1 << 40, using: &g)))
+            #expect(WireJSON.encode(params) == (try WireJSON.encoder().encode(params)), "round \(round): \(String(decoding: WireJSON.encode(params), as: UTF8.self))")
+            let start = StartUploadRequest(
+                fileName: Self.text(&g), contentType: maybe(Self.text(&g)), size: Int64.random(in: 0 ... .max, using: &g),
+                tags: maybe((0..<(round % 3)).map { _ in Self.text(&g) }), params: maybe(params), deferLength: maybe(Bool.random(using: &g)))
+            #expect(WireJSON.encode(start) == (try WireJSON.encoder().encode(start)), "round \(round): \(String(decoding: WireJSON.encode(start), as: UTF8.self))")
+            #expect(try WireJSON.decoder().decode(StartUploadRequest.self, from: WireJSON.encode(start)) == start)
+            files.append(start)
+        }
+        let batch = BatchUpload.Request(files: files)
+        #expect(WireJSON.encode(batch) == (try WireJSON.encoder().encode(batch)))
+        #expect(WireJSON.encode(BatchUpload.Request(files: [])) == (try WireJSON.encoder().encode(BatchUpload.Request(files: []))))
+    }
+
     @Test("numbers at their edges: the same bytes as JSONEncoder's")
     func numbers() throws {
         var g = Seeded(state: 8)
@@ -164,6 +207,32 @@ struct WireJSONReaderTests {
             let search = SearchResponse(items: page.items, nextCursor: page.page.nextId)
             #expect(WireJSON.encode(search).withUnsafeBytes { WireJSONReading.search($0) } == search)
         }
+    }
+
+    @Test("a record alone and a batch's answer: read as JSONDecoder reads them; an answer with a refusal is left to JSONDecoder")
+    func recordAndBatch() throws {
+        var g = WireJSONWriterTests.Seeded(state: 41)
+        for round in 0..<40 {
+            var record = WireJSONWriterTests.record(&g)
+            record.upload = nil
+            let one = try WireJSON.encoder().encode(record)
+            #expect(one.withUnsafeBytes { WireJSONReading.fileRecord($0) } == (try JSONDecoder().decode(FileRecord.self, from: one)), "round \(round)")
+            let results = (0..<(round % 5)).map { i -> BatchUpload.Result in
+                var r = WireJSONWriterTests.record(&g)
+                r.upload = nil
+                return i % 2 == 0 ? BatchUpload.Result(file: r) : BatchUpload.Result(file: r, status: 201)
+            }
+            let batch = try WireJSON.encoder().encode(BatchUpload.Response(results: results))
+            let read = batch.withUnsafeBytes { WireJSONReading.batchResponse($0) }
+            let decoded = try JSONDecoder().decode(BatchUpload.Response.self, from: batch)
+            #expect(read != nil && read == decoded, "round \(round)")
+        }
+        let refused = try WireJSON.encoder().encode(
+            BatchUpload.Response(results: [BatchUpload.Result(status: 409, error: ErrorBody(message: "exists", code: .badRequest))]))
+        #expect(refused.withUnsafeBytes { WireJSONReading.batchResponse($0) } == nil)
+        #expect(Data(#"{"results":[{"file":null,"status":null}]}"#.utf8).withUnsafeBytes { WireJSONReading.batchResponse($0) } == BatchUpload.Response(results: [BatchUpload.Result()]))
+        #expect(Data(#"{"results":[{"status":1,"status":2}]}"#.utf8).withUnsafeBytes { WireJSONReading.batchResponse($0) } == nil, "a key twice: left to JSONDecoder")
+        #expect(Data(#"{"result":[]}"#.utf8).withUnsafeBytes { WireJSONReading.batchResponse($0) } == nil)
     }
 
     @Test("escapes, nulls and keys it does not know: the same as JSONDecoder; an upload link or a fraction: left to JSONDecoder")

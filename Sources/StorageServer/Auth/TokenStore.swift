@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import StorageProtocol
 
 #if canImport(Glibc)
 import Glibc
@@ -135,8 +136,7 @@ extension TokenStore {
             return (.single(adminToken: token), "the admin token in \(path)")
         }
         try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        var rng = SystemRandomNumberGenerator()
-        let token = (0..<24).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &rng)) }.joined()
+        let token = Hex.random(bytes: 24)
         guard FileManager.default.createFile(atPath: path, contents: Data((token + "\n").utf8), attributes: [.posixPermissions: 0o600]) else {
             throw TokenFileError(message: "cannot write \(path)")
         }

@@ -4,6 +4,7 @@ public import NIOCore
 import NIOFileSystem
 import NIOFoundationCompat
 import NIOPosix
+import StorageProtocol
 
 /// Blobs as files in a local folder: `blobs/ab/<id>` for published blobs, `uploads/<id>` for
 /// uploads in progress. Ids are random hex strings chosen by the server.
@@ -214,7 +215,7 @@ struct LocalStagedWriter: StagedWriter {
 
 extension Digest {
     /// Lowercase hex.
-    var hexString: String { map { String(format: "%02x", $0) }.joined() }
+    var hexString: String { Hex.lowercase(self) }
 }
 
 /// Closes a handle even from a cancelled task: NIOFileSystem refuses work in one, and a handle

@@ -100,7 +100,7 @@ final class RunningDigest: Sendable {
 
     /// The hex digest of everything so far.
     func hex() -> String {
-        state.withLock { s in s.hasher.finalize().map { String(format: "%02x", $0) }.joined() }
+        state.withLock { s in Hex.lowercase(s.hasher.finalize()) }
     }
 
     /// The hex digest of everything so far and `zeros` zero bytes after it (this digest unchanged).
@@ -115,7 +115,7 @@ final class RunningDigest: Sendable {
                 hasher.update(data: block[0..<n])
                 left -= Int64(n)
             }
-            return hasher.finalize().map { String(format: "%02x", $0) }.joined()
+            return Hex.lowercase(hasher.finalize())
         }
     }
 }

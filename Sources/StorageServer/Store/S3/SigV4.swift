@@ -1,5 +1,6 @@
 import Crypto
 public import Foundation
+import StorageProtocol
 
 /// AWS Signature Version 4 for S3-compatible stores: presigned URLs (the data path straight
 /// between clients and the store) and signed requests (stowd's own calls).
@@ -53,13 +54,13 @@ public struct SigV4: Sendable {
             case UInt8(ascii: "/") where keepSlash:
                 out.append("/")
             default:
-                out += String(format: "%%%02X", byte)
+                out += "%" + Hex.uppercase(CollectionOfOne(byte))
             }
         }
         return out
     }
 
-    static func hex(_ bytes: some Sequence<UInt8>) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
+    static func hex(_ bytes: some Sequence<UInt8>) -> String { Hex.lowercase(bytes) }
 
     public static func sha256Hex(_ bytes: [UInt8]) -> String { hex(SHA256.hash(data: bytes)) }
 
