@@ -153,6 +153,7 @@ public final class HTTPObjectStore: ObjectStore {
         if T.self == BrowseResponse.self, let page = answer.body.withUnsafeReadableBytes({ WireJSONReading.browse($0) }) as? T { return page }
         if T.self == SearchResponse.self, let page = answer.body.withUnsafeReadableBytes({ WireJSONReading.search($0) }) as? T { return page }
         if T.self == FileRecord.self, let record = answer.body.withUnsafeReadableBytes({ WireJSONReading.fileRecord($0) }) as? T { return record }
+        if T.self == ChangesResponse.self, let changes = answer.body.withUnsafeReadableBytes({ WireJSONReading.changes($0) }) as? T { return changes }
         if T.self == BatchUpload.Response.self, let batch = answer.body.withUnsafeReadableBytes({ WireJSONReading.batchResponse($0) }) as? T { return batch }
         do {
             return try JSONDecoder().decode(T.self, from: Data(answer.body.readableBytesView))

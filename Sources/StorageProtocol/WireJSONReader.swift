@@ -38,6 +38,70 @@ public enum WireJSONReading {
         return try? r.whole { (r: inout JSONReader) throws(JSONReader.Failure) in try batchResponse(&r) }
     }
 
+    /// A change feed's answer.
+    public static func changes(_ bytes: UnsafeRawBufferPointer) -> ChangesResponse? {
+        var r = JSONReader(bytes)
+        return try? r.whole { (r: inout JSONReader) throws(JSONReader.Failure) in try changes(&r) }
+    }
+
+    static func changes(_ r: inout JSONReader) throws(JSONReader.Failure) -> ChangesResponse {
+        var cursor: String?, reset: Bool?, changes: [ChangeRecord]?
+        var seen = SeenKeys()
+        try r.object { r, key throws(JSONReader.Failure) in
+            switch key {
+            case "cursor":
+                try seen.first(0)
+                cursor = try r.string()
+            case "reset":
+                try seen.first(1)
+                reset = try r.bool()
+            case "changes":
+                try seen.first(2)
+                var list: [ChangeRecord] = []
+                try r.array { r throws(JSONReader.Failure) in list.append(try change(&r)) }
+                changes = list
+            default: try r.skipValue()
+            }
+        }
+        guard let cursor, let reset, let changes else { throw JSONReader.Failure() }
+        return ChangesResponse(cursor: cursor, reset: reset, changes: changes)
+    }
+
+    static func change(_ r: inout JSONReader) throws(JSONReader.Failure) -> ChangeRecord {
+        var cursor: String?, kind: ChangeRecord.Kind?, parent: UInt64?, name: String?, ino: UInt64?, removed: Bool?, origin: String?
+        var seen = SeenKeys()
+        try r.object { r, key throws(JSONReader.Failure) in
+            switch key {
+            case "cursor":
+                try seen.first(0)
+                cursor = try r.string()
+            case "kind":
+                try seen.first(1)
+                // A kind this client does not know: JSONDecoder decides (it refuses the answer).
+                guard let k = ChangeRecord.Kind(rawValue: try r.string()) else { throw JSONReader.Failure() }
+                kind = k
+            case "parent":
+                try seen.first(2)
+                parent = try r.optional { r throws(JSONReader.Failure) in try r.uint64() }
+            case "name":
+                try seen.first(3)
+                name = try r.optional { r throws(JSONReader.Failure) in try r.string() }
+            case "ino":
+                try seen.first(4)
+                ino = try r.uint64()
+            case "removed":
+                try seen.first(5)
+                removed = try r.bool()
+            case "origin":
+                try seen.first(6)
+                origin = try r.optional { r throws(JSONReader.Failure) in try r.string() }
+            default: try r.skipValue()
+            }
+        }
+        guard let cursor, let kind, let ino, let removed else { throw JSONReader.Failure() }
+        return ChangeRecord(cursor: cursor, kind: kind, parent: parent, name: name, ino: ino, removed: removed, origin: origin)
+    }
+
     static func batchResponse(_ r: inout JSONReader) throws(JSONReader.Failure) -> BatchUpload.Response {
         var results: [BatchUpload.Result]?
         var seen = SeenKeys()

@@ -322,3 +322,36 @@ extension BatchUpload.Request: WireJSONWritable {
         out.append(UInt8(ascii: "}"))
     }
 }
+
+/// The change feed's answers: every mount following a namespace reads one after each change it
+/// waits on (`perf` of a mount storing 2,000 files: JSONDecoder of these was 8% of its time).
+extension ChangesResponse: WireJSONWritable {
+    public func writeWireJSON(to out: inout [UInt8]) {
+        out.reserveCapacity(out.count + 64 + changes.count * 120)
+        out.append(UInt8(ascii: "{"))
+        JSONOut.key("changes", &out, first: true)
+        out.append(UInt8(ascii: "["))
+        for (i, c) in changes.enumerated() {
+            if i > 0 { out.append(UInt8(ascii: ",")) }
+            c.writeWireJSON(to: &out)
+        }
+        out.append(UInt8(ascii: "]"))
+        JSONOut.key("cursor", &out); JSONOut.string(cursor, &out)
+        JSONOut.key("reset", &out); JSONOut.bool(reset, &out)
+        out.append(UInt8(ascii: "}"))
+    }
+}
+
+extension ChangeRecord: WireJSONWritable {
+    public func writeWireJSON(to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "{"))
+        JSONOut.key("cursor", &out, first: true); JSONOut.string(cursor, &out)
+        JSONOut.key("ino", &out); JSONOut.number(ino, &out)
+        JSONOut.key("kind", &out); JSONOut.string(kind.rawValue, &out)
+        if let name { JSONOut.key("name", &out); JSONOut.string(name, &out) }
+        if let origin { JSONOut.key("origin", &out); JSONOut.string(origin, &out) }
+        if let parent { JSONOut.key("parent", &out); JSONOut.number(parent, &out) }
+        JSONOut.key("removed", &out); JSONOut.bool(removed, &out)
+        out.append(UInt8(ascii: "}"))
+    }
+}

@@ -235,6 +235,32 @@ struct WireJSONReaderTests {
         #expect(Data(#"{"result":[]}"#.utf8).withUnsafeBytes { WireJSONReading.batchResponse($0) } == nil)
     }
 
+    @Test("a change feed's answer: written as JSONEncoder writes it, read as JSONDecoder reads it; a kind it does not know is left to JSONDecoder")
+    func changes() throws {
+        var g = WireJSONWriterTests.Seeded(state: 57)
+        let kinds: [ChangeRecord.Kind] = [.entry, .inode, .namespace, .recall]
+        for round in 0..<60 {
+            let list = (0..<(round % 9)).map { i in
+                ChangeRecord(
+                    cursor: WireJSONWriterTests.text(&g), kind: kinds[(i + round) % kinds.count],
+                    parent: Bool.random(using: &g) ? UInt64.random(in: 0 ... .max, using: &g) : nil,
+                    name: Bool.random(using: &g) ? WireJSONWriterTests.text(&g) : nil, ino: UInt64.random(in: 0 ... .max, using: &g),
+                    removed: Bool.random(using: &g), origin: Bool.random(using: &g) ? WireJSONWriterTests.text(&g) : nil)
+            }
+            let response = ChangesResponse(cursor: WireJSONWriterTests.text(&g), reset: round % 5 == 0, changes: list)
+            let written = WireJSON.encode(response)
+            #expect(written == (try WireJSON.encoder().encode(response)), "round \(round): \(String(decoding: written, as: UTF8.self).prefix(300))")
+            let read = written.withUnsafeBytes { WireJSONReading.changes($0) }
+            #expect(read != nil && read == response, "round \(round)")
+        }
+        let unknown = Data(#"{"changes":[{"cursor":"c1.0","ino":3,"kind":"teleport","removed":false}],"cursor":"c1.0","reset":false}"#.utf8)
+        #expect(unknown.withUnsafeBytes { WireJSONReading.changes($0) } == nil)
+        let nulls = Data(#"{"reset":true,"cursor":"c2.1","changes":[{"removed":true,"ino":7,"kind":"entry","cursor":"c2.1","parent":null,"name":null,"origin":null,"extra":[1]}]}"#.utf8)
+        let decoded = try JSONDecoder().decode(ChangesResponse.self, from: nulls)
+        #expect(nulls.withUnsafeBytes { WireJSONReading.changes($0) } == decoded)
+        #expect(Data(#"{"changes":[],"cursor":"c1.0"}"#.utf8).withUnsafeBytes { WireJSONReading.changes($0) } == nil, "reset missing")
+    }
+
     @Test("escapes, nulls and keys it does not know: the same as JSONDecoder; an upload link or a fraction: left to JSONDecoder")
     func otherSpellings() throws {
         let record = #"""

@@ -3,6 +3,7 @@ import NIOCore
 import StorageClient
 import StorageProtocol
 import StowFS
+import Synchronization
 import Testing
 
 @Suite("engine: durability — an unreachable server, a crash, a restart")
@@ -21,9 +22,20 @@ struct DurabilityTests {
             #expect(status.files == 5)
             #expect(status.items.contains { $0.lastError?.contains("unreachable") == true })
             #expect(try await h.text("f3") == "content 3")
+            // A waiting sync's progress: the totals, and only the records that failed (at most 20).
+            for i in 5..<30 { try await h.write("f\(i)", "content \(i)") }
+            let seen = Mutex<[QueueStatus]>([])
+            let syncing = Task { await h.fs.sync { p in seen.withLock { $0.append(p) } } }
+            for _ in 0..<200 where !seen.withLock({ $0.contains { $0.items.count == 20 } }) { try await Task.sleep(for: .milliseconds(50)) }
+            let progress = seen.withLock { $0.last { $0.items.count == 20 } }
+            #expect(progress?.files == 30, "\(String(describing: progress))")
+            #expect(progress?.items.allSatisfy { $0.lastError != nil } == true)
+            #expect(progress.map { $0.items.map(\.id) == $0.items.map(\.id).sorted() } == true, "in the order queued")
+            #expect(await h.fs.status().queue.items.count == 30, "status lists every record")
             faulty.isOffline = false
+            _ = await syncing.value
             await h.fs.sync()
-            for i in 0..<5 { #expect(try await h.stored("f\(i)") == "content \(i)") }
+            for i in 0..<30 { #expect(try await h.stored("f\(i)") == "content \(i)") }
             #expect(await h.fs.status().queue.files == 0)
         }
     }

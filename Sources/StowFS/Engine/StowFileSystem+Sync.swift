@@ -52,6 +52,7 @@ extension StowFileSystem {
 
     /// sync: sends what was written before now (open files included, as they are now) and returns
     /// once the server has all of it, or has refused some of it for good.
+    /// `progress` gets the queue's totals about twice a second, with only the records that failed.
     /// - Returns: the uploads refused (kept in the queue, listed by `status`); empty when all is stored.
     @discardableResult
     public func sync(progress: (@Sendable (QueueStatus) -> Void)? = nil) async -> [UploadQueue.Failure] {
@@ -70,13 +71,13 @@ extension StowFileSystem {
         if let progress {
             let reporter = Task {
                 while !Task.isCancelled {
-                    progress(await queue.status())
+                    progress(await queue.status(listed: .failing(20)))
                     try? await Task.sleep(for: .milliseconds(500))
                 }
             }
             failures = await queue.waitUntilDone(upTo: upTo)
             reporter.cancel()
-            progress(await queue.status())
+            progress(await queue.status(listed: .failing(20)))
         } else {
             failures = await queue.waitUntilDone(upTo: upTo)
         }

@@ -519,17 +519,39 @@ public actor UploadQueue {
 
     public func isRunning(_ id: Int64) -> Bool { running[id] != nil }
 
-    public func status() -> QueueStatus {
+    /// Which records a status lists, in the order they were queued.
+    public enum Listed: Sendable {
+        /// Every one (`stowfs status`).
+        case all
+        /// Up to this many of those whose last attempt failed: what a progress line says it waits on.
+        case failing(Int)
+    }
+
+    /// The queue's totals, and the records `listed` asks for. A progress line (twice a second while
+    /// `sync` waits) lists only failures: listing every record of a queue of 2,000 files, then
+    /// encoding it to JSON, was 8% of a mount's time while `tar x` was stored.
+    public func status(listed: Listed = .all) -> QueueStatus {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
-        let items = records.values.sorted { $0.id < $1.id }.map { r in
+        var bytes: Int64 = 0, sent: Int64 = 0, failed = 0
+        for r in records.values {
+            bytes += r.size
+            if running[r.id] != nil { sent += progress.sent(r.id) }
+            if r.state == .failed { failed += 1 }
+        }
+        var chosen: [UploadJournal.Record]
+        switch listed {
+        case .all: chosen = Array(records.values)
+        case .failing(let limit): chosen = Array(records.values.filter { $0.lastError != nil }.sorted { $0.id < $1.id }.prefix(limit))
+        }
+        chosen.sort { $0.id < $1.id }
+        let items = chosen.map { r in
             QueueStatus.Item(
                 id: r.id, path: r.location.description, size: r.size, sent: running[r.id] != nil ? progress.sent(r.id) : 0,
                 state: running[r.id] != nil ? "uploading" : r.state.rawValue, attempts: r.attempts, lastError: r.lastError,
                 retryInSeconds: r.nextAttempt > now ? Double(r.nextAttempt - now) / 1000 : nil)
         }
         return QueueStatus(
-            files: items.count, bytes: items.reduce(0) { $0 + $1.size }, bytesSent: items.reduce(0) { $0 + $1.sent },
-            uploading: running.count, failed: records.values.filter { $0.state == .failed }.count, uploadedFiles: uploadedFiles,
+            files: records.count, bytes: bytes, bytesSent: sent, uploading: running.count, failed: failed, uploadedFiles: uploadedFiles,
             uploadedBytes: uploadedBytes, failedAttempts: failedAttempts, paused: suspended ? true : nil, items: items)
     }
 
