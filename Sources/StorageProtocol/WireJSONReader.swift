@@ -38,6 +38,117 @@ public enum WireJSONReading {
         return try? r.whole { (r: inout JSONReader) throws(JSONReader.Failure) in try batchResponse(&r) }
     }
 
+    /// A batch's declaration (read by `stowd` for every batch of small files a mount sends).
+    public static func batchRequest(_ bytes: UnsafeRawBufferPointer) -> BatchUpload.Request? {
+        var r = JSONReader(bytes)
+        return try? r.whole { (r: inout JSONReader) throws(JSONReader.Failure) in
+            var files: [StartUploadRequest]?
+            var seen = SeenKeys()
+            try r.object { r, key throws(JSONReader.Failure) in
+                switch key {
+                case "files":
+                    try seen.first(0)
+                    var list: [StartUploadRequest] = []
+                    try r.array { r throws(JSONReader.Failure) in list.append(try startUpload(&r)) }
+                    files = list
+                default: try r.skipValue()
+                }
+            }
+            guard let files else { throw JSONReader.Failure() }
+            return BatchUpload.Request(files: files)
+        }
+    }
+
+    static func startUpload(_ r: inout JSONReader) throws(JSONReader.Failure) -> StartUploadRequest {
+        var fileName: String?, contentType: String?, size: Int64?, tags: [String]?, params: UploadParams?, deferLength: Bool?
+        var seen = SeenKeys()
+        try r.object { r, key throws(JSONReader.Failure) in
+            switch key {
+            case "file_name":
+                try seen.first(0)
+                fileName = try r.string()
+            case "content_type":
+                try seen.first(1)
+                contentType = try r.optional { r throws(JSONReader.Failure) in try r.string() }
+            case "size":
+                try seen.first(2)
+                size = try r.int64()
+            case "tags":
+                try seen.first(3)
+                tags = try r.optional { r throws(JSONReader.Failure) in try r.strings() }
+            case "params":
+                try seen.first(4)
+                params = try r.optional { r throws(JSONReader.Failure) in try uploadParams(&r) }
+            case "defer_length":
+                try seen.first(5)
+                deferLength = try r.optional { r throws(JSONReader.Failure) in try r.bool() }
+            default: try r.skipValue()
+            }
+        }
+        guard let fileName, let size else { throw JSONReader.Failure() }
+        return StartUploadRequest(fileName: fileName, contentType: contentType, size: size, tags: tags, params: params, deferLength: deferLength)
+    }
+
+    static func uploadParams(_ r: inout JSONReader) throws(JSONReader.Failure) -> UploadParams {
+        var p = UploadParams()
+        var seen = SeenKeys()
+        func uint32(_ r: inout JSONReader) throws(JSONReader.Failure) -> UInt32? {
+            try r.optional { r throws(JSONReader.Failure) in
+                let v = try r.uint64()
+                guard v <= UInt64(UInt32.max) else { throw JSONReader.Failure() }
+                return UInt32(v)
+            }
+        }
+        func int64(_ r: inout JSONReader) throws(JSONReader.Failure) -> Int64? {
+            try r.optional { r throws(JSONReader.Failure) in try r.int64() }
+        }
+        func string(_ r: inout JSONReader) throws(JSONReader.Failure) -> String? {
+            try r.optional { r throws(JSONReader.Failure) in try r.string() }
+        }
+        try r.object { r, key throws(JSONReader.Failure) in
+            switch key {
+            case "metadata":
+                try seen.first(0)
+                p.metadata = try r.optional { r throws(JSONReader.Failure) in try r.stringMap() }
+            case "public":
+                try seen.first(1)
+                p.isPublic = try r.optional { r throws(JSONReader.Failure) in try r.bool() }
+            case "if_match":
+                try seen.first(2)
+                p.ifMatch = try string(&r)
+            case "if_none_match":
+                try seen.first(3)
+                p.ifNoneMatch = try string(&r)
+            case "sha256":
+                try seen.first(4)
+                p.sha256 = try string(&r)
+            case "mode":
+                try seen.first(5)
+                p.mode = try uint32(&r)
+            case "uid":
+                try seen.first(6)
+                p.uid = try uint32(&r)
+            case "gid":
+                try seen.first(7)
+                p.gid = try uint32(&r)
+            case "mtime_ns":
+                try seen.first(8)
+                p.mtimeNs = try int64(&r)
+            case "atime_ns":
+                try seen.first(9)
+                p.atimeNs = try int64(&r)
+            case "ctime_ns":
+                try seen.first(10)
+                p.ctimeNs = try int64(&r)
+            case "zeros_from":
+                try seen.first(11)
+                p.zerosFrom = try int64(&r)
+            default: try r.skipValue()
+            }
+        }
+        return p
+    }
+
     /// A change feed's answer.
     public static func changes(_ bytes: UnsafeRawBufferPointer) -> ChangesResponse? {
         var r = JSONReader(bytes)

@@ -128,6 +128,19 @@ extension WireJSONWriterTests {
         }
         let batch = BatchUpload.Request(files: files)
         #expect(WireJSON.encode(batch) == (try WireJSON.encoder().encode(batch)))
+        // Read back by hand as JSONDecoder reads it.
+        #expect(WireJSON.encode(batch).withUnsafeBytes { WireJSONReading.batchRequest($0) } == batch)
+        // What the hand reader does not take (out of range, missing, twice, null, a fraction) is left to JSONDecoder, which decides.
+        for odd in [
+            #"{"files":[{"file_name":"a","size":1,"params":{"mode":4294967296}}]}"#, #"{"files":[{"file_name":"a"}]}"#,
+            #"{"files":[{"file_name":"a","size":1,"size":2}]}"#, #"{"files":[{"file_name":null,"size":1}]}"#, #"{"files":[{"file_name":"a","size":1.5}]}"#,
+        ] {
+            let data = Data(odd.utf8)
+            #expect(data.withUnsafeBytes { WireJSONReading.batchRequest($0) } == nil, "\(odd)")
+        }
+        let nulls = Data(#"{"files":[{"file_name":"a","size":0,"tags":null,"params":{"metadata":null,"mode":null,"x":[{}]},"content_type":null,"defer_length":null}],"more":1}"#.utf8)
+        let decoded = try JSONDecoder().decode(BatchUpload.Request.self, from: nulls)
+        #expect(nulls.withUnsafeBytes { WireJSONReading.batchRequest($0) } == decoded)
         #expect(WireJSON.encode(BatchUpload.Request(files: [])) == (try WireJSON.encoder().encode(BatchUpload.Request(files: []))))
     }
 

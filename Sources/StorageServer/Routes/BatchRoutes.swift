@@ -40,7 +40,8 @@ extension StowService {
         }
         let declaration: BatchUpload.Request
         do {
-            declaration = try JSONDecoder().decode(BatchUpload.Request.self, from: header)
+            // By hand when it is in the plain shape; anything else as JSONDecoder decides.
+            declaration = try header.withUnsafeBytes { WireJSONReading.batchRequest($0) } ?? JSONDecoder().decode(BatchUpload.Request.self, from: header)
         } catch let e as DecodingError {
             throw APIError.badRequest("malformed JSON in the batch's declaration: \(APIError.describe(e))")
         }
