@@ -327,15 +327,8 @@ extension BatchUpload.Request: WireJSONWritable {
 /// waits on (`perf` of a mount storing 2,000 files: JSONDecoder of these was 8% of its time).
 extension ChangesResponse: WireJSONWritable {
     public func writeWireJSON(to out: inout [UInt8]) {
-        out.reserveCapacity(out.count + 64 + changes.count * 120)
         out.append(UInt8(ascii: "{"))
-        JSONOut.key("changes", &out, first: true)
-        out.append(UInt8(ascii: "["))
-        for (i, c) in changes.enumerated() {
-            if i > 0 { out.append(UInt8(ascii: ",")) }
-            c.writeWireJSON(to: &out)
-        }
-        out.append(UInt8(ascii: "]"))
+        JSONOut.key("changes", &out, first: true); JSONOut.records(changes, &out)
         JSONOut.key("cursor", &out); JSONOut.string(cursor, &out)
         JSONOut.key("reset", &out); JSONOut.bool(reset, &out)
         out.append(UInt8(ascii: "}"))
