@@ -307,14 +307,27 @@ public final class HTTPObjectStore: ObjectStore {
     }
 
     public func makeFolder(_ ns: Namespace, _ path: StoragePath, _ request: FolderRequest) async throws -> FileRecord {
+        try await makeFolderAnswered(ns, path, request).record
+    }
+
+    public func makeFolder(_ ns: Namespace, _ path: StoragePath, _ request: FolderRequest, namesLeaseFor session: String) async throws -> (
+        record: FileRecord, leased: Bool
+    ) {
+        var request = request
+        request.namesLease = session
+        return try await makeFolderAnswered(ns, path, request)
+    }
+
+    private func makeFolderAnswered(_ ns: Namespace, _ path: StoragePath, _ request: FolderRequest) async throws -> (record: FileRecord, leased: Bool) {
         var attempt = 0
         let answer = try await execute({ attempt += 1; return makeRequest(.PUT, url(Routes.folder(ns, path)), body: Self.json(request)) }())
         // A retry of a mkdir whose first answer was lost (a server that died answering) finds the
-        // folder it made: that is success.
+        // folder it made: that is success (and its lease, if any, is asked for on its own).
         if answer.status == 409, attempt > 1, request.existOk == false, let made = try? await record(ns, path), made.kind == .directory {
-            return made
+            return (made, false)
         }
-        return try decode(FileRecord.self, answer)
+        let record = try decode(FileRecord.self, answer)
+        return (record, answer.status == 201 && answer.headers.first(name: FolderRequest.namesLeaseHeader) == "granted")
     }
 
     public func removeFolder(_ ns: Namespace, _ path: StoragePath) async throws {

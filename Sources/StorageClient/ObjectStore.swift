@@ -27,6 +27,12 @@ public protocol ObjectStore: Sendable {
     func update(_ ns: Namespace, _ path: StoragePath, _ patch: FilePatch, ifMatch: String?) async throws -> FileRecord
     func delete(_ ns: Namespace, _ path: StoragePath, ifMatch: String?) async throws
     func makeFolder(_ ns: Namespace, _ path: StoragePath, _ request: FolderRequest) async throws -> FileRecord
+    /// Makes a folder and, where the store can in the same request, takes its `names` lease for
+    /// lock session `session` (`FolderRequest.namesLease`): the record, and whether the lease is
+    /// held. The default makes the folder only (`leased` false: the caller asks for the lease).
+    func makeFolder(_ ns: Namespace, _ path: StoragePath, _ request: FolderRequest, namesLeaseFor session: String) async throws -> (
+        record: FileRecord, leased: Bool
+    )
     func removeFolder(_ ns: Namespace, _ path: StoragePath) async throws
     func rename(_ ns: Namespace, from: StoragePath, to: StoragePath, replace: Bool, exchange: Bool) async throws -> FileRecord
     func makeNode(_ ns: Namespace, _ path: StoragePath, _ request: NodeRequest) async throws -> FileRecord
@@ -90,6 +96,13 @@ public protocol ObjectStore: Sendable {
 }
 
 extension ObjectStore {
+    /// Stores that cannot take a lease with a folder: the folder only.
+    public func makeFolder(_ ns: Namespace, _ path: StoragePath, _ request: FolderRequest, namesLeaseFor session: String) async throws -> (
+        record: FileRecord, leased: Bool
+    ) {
+        (try await makeFolder(ns, path, request), false)
+    }
+
     /// Stores that keep no locks: `.notFound` (a mount then leaves locks to the kernel, local).
     public func renewLockSession(_ ns: Namespace, id: String) async throws -> LockSessionResponse {
         throw StorageError(.notFound, "this store keeps no locks")

@@ -176,6 +176,30 @@ struct LockTests {
         }
     }
 
+    @Test("a folder made with `names_lease` is that session's to create in, from the same request: another session's names lease on it is refused; a folder that existed is not leased; a malformed session is 400 and makes nothing")
+    func namesLeaseWithFolder() async throws {
+        try await withServer(configure: { $0.lockLease = 3600 }) { s in
+            _ = try await s.admin.renewLockSession(testNamespace, id: Self.sessionA)
+            let (made, leased) = try await s.admin.makeFolder(
+                testNamespace, try StoragePath("leased"), FolderRequest(parents: false, existOk: false), namesLeaseFor: Self.sessionA)
+            #expect(leased)
+            let other = try await s.admin.lock(testNamespace, Self.request(Self.sessionB, ino: made.inode, owner: 0, kind: .names, .write))
+            #expect(!other.granted)
+            #expect(other.conflict?.session == Self.sessionA)
+            // Its holder asking again is granted (the lease is the session's, not a second one).
+            #expect(try await s.admin.lock(testNamespace, Self.request(Self.sessionA, ino: made.inode, owner: 0, kind: .names, .write)).granted)
+            let again = try await s.admin.makeFolder(testNamespace, try StoragePath("leased"), FolderRequest(existOk: true), namesLeaseFor: Self.sessionB)
+            #expect(!again.leased && again.record.inode == made.inode)
+            // Without the field: a folder as always, no lease.
+            let plain = try await s.raw.send("PUT", Routes.folder(testNamespace, try StoragePath("plain")), headers: [("Content-Type", "application/json")], body: Data("{}".utf8))
+            #expect(plain.status == 201 && plain.header(FolderRequest.namesLeaseHeader) == nil)
+            let bad = try await s.raw.send(
+                "PUT", Routes.folder(testNamespace, try StoragePath("bad")), headers: [("Content-Type", "application/json")], body: Data(#"{"names_lease":"short"}"#.utf8))
+            #expect(bad.status == 400, "\(bad.text)")
+            await #expect(throws: StorageError.self) { _ = try await s.admin.record(testNamespace, try StoragePath("bad")) }
+        }
+    }
+
     @Test("bad lock requests are refused with 400; a reader token may lock; an unknown namespace is 404")
     func refusals() async throws {
         try await withServer { s in

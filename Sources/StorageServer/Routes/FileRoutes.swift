@@ -27,11 +27,18 @@ extension StowService {
             try self.authorize(req, ns.name, .write)
             let path = try self.path(req, after: skip, allowTrailingSlash: true)
             let body = try await self.decodeIfPresent(FolderRequest.self, from: req) ?? FolderRequest()
+            if let session = body.namesLease, !Self.isSessionID(session) {
+                throw APIError.badRequest("`names_lease` is a lock session: 16 to 64 of A-Z a-z 0-9 . _ -")
+            }
             let existedBefore = (try? await self.store.node(ns, path)) != nil
             let node = try await self.store.makeFolder(
                 ns, path, attributes: NewNodeAttributes(mode: body.mode, uid: body.uid, gid: body.gid), parents: body.parents ?? true,
                 existOk: body.existOk ?? true)
-            return self.json(self.record(node, base: self.baseURL(req)), status: existedBefore ? .ok : .created)
+            var response = self.json(self.record(node, base: self.baseURL(req)), status: existedBefore ? .ok : .created)
+            if let session = body.namesLease, !existedBefore, try await self.takeNamesLease(ns, folder: node.inode.ino, session: session) {
+                response.headers[Self.namesLeaseHeader] = "granted"
+            }
+            return response
         }
         router.delete("\(ns)/folders/**") { req, ctx in
             let ns = try self.namespace(ctx)

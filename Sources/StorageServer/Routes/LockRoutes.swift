@@ -91,6 +91,19 @@ extension StowService {
         }
     }
 
+    static let namesLeaseHeader = HTTPField.Name(FolderRequest.namesLeaseHeader)!
+
+    /// A folder just made takes its `names` lease for `session` (`FolderRequest.namesLease`): what
+    /// a lock request for it would do, without the answer's changes (a mount does not use them
+    /// for a names lease). False when it was not granted.
+    func takeNamesLease(_ ns: Namespace, folder ino: UInt64, session: String) async throws -> Bool {
+        _ = try await store.renewLockSession(ns, id: session, leaseNs: config.lockLease * 1_000_000_000)
+        let request = LockRequest(session: session, ino: ino, owner: 0, kind: .names, type: .write, start: 0, end: .max, pid: 0)
+        guard try await store.applyLock(ns, request, test: false).granted else { return false }
+        lockSignal.bump()
+        return true
+    }
+
     /// The most changes a grant carries (`LockResponse.changes`).
     static let lockChangesLimit = 1000
 

@@ -250,16 +250,23 @@ extension StowFileSystem {
     /// are decided here (`createExclusiveHere`); false when not taken (no feed to hear a
     /// recall on, a server without locks, another mount holds it).
     func takeNamesLease(_ ns: Namespace, folder remote: UInt64) async -> Bool {
-        guard feed.value.withLock({ $0.status.connected }), !locks.value.withLock({ $0.unsupported }) else { return false }
-        do throws(FSError) {
-            try await startLockSession(ns)
-        } catch {
-            return false
-        }
+        guard await namesLeaseSession(ns) != nil else { return false }
         let request = LockRequest(session: locks.sessionID, ino: remote, owner: 0, kind: .names, type: .write, start: 0, end: .max, pid: 0)
         guard (try? await store.lock(ns, request).granted) == true else { return false }
         locks.value.withLock { _ = $0.namesLeases.insert(remote) }
         return true
+    }
+
+    /// The lock session to hold a names lease with, started if need be; nil when this mount takes
+    /// none (the feed is not followed, so a recall would not reach it, or the server keeps no locks).
+    func namesLeaseSession(_ ns: Namespace) async -> String? {
+        guard feed.value.withLock({ $0.status.connected }), !locks.value.withLock({ $0.unsupported }) else { return nil }
+        do throws(FSError) {
+            try await startLockSession(ns)
+        } catch {
+            return nil
+        }
+        return locks.sessionID
     }
 
     /// Another client waits to create a name in `folder` exclusively: the names of the files this

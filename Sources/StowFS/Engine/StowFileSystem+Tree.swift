@@ -25,12 +25,17 @@ extension StowFileSystem {
         }
         // The feed followed from before the folder exists: it will name any change made in it.
         let held = feedHolds()
-        let record = try await remote {
-            try await store.makeFolder(ns, location.path, FolderRequest(mode: mode & 0o7777, uid: caller.uid, gid: caller.gid, parents: false, existOk: false))
-        }
+        let request = FolderRequest(mode: mode & 0o7777, uid: caller.uid, gid: caller.gid, parents: false, existOk: false)
         // Its exclusive creates are this mount's to decide while no other client asks for one
-        // (`cp -r` and `tar x` create every file with O_EXCL).
-        let leased = await takeNamesLease(ns, folder: record.inode)
+        // (`cp -r` and `tar x` create every file with O_EXCL): the lease is asked for with the
+        // folder where the server can, and else on its own.
+        let session = await namesLeaseSession(ns)
+        let (record, leasedWithFolder) = try await remote {
+            if let session { return try await store.makeFolder(ns, location.path, request, namesLeaseFor: session) }
+            return (try await store.makeFolder(ns, location.path, request), false)
+        }
+        if leasedWithFolder { locks.value.withLock { _ = $0.namesLeases.insert(record.inode) } }
+        let leased = leasedWithFolder ? true : await takeNamesLease(ns, folder: record.inode)
         return state.withLock { s in
             let ino = upsert(&s, record, parent: parent, name: name)
             s.inodes[ino]?.lookups += 1
