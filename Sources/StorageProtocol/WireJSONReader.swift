@@ -9,48 +9,46 @@ import Glibc
 /// nil, and the caller decodes with JSONDecoder as before, so what is accepted or refused does
 /// not change. `WireJSONTests` checks both agree.
 public enum WireJSONReading {
-    public static func browse(_ bytes: UnsafeRawBufferPointer) -> BrowseResponse? {
+    /// `bytes` read whole by `body`; nil for anything `body` does not take.
+    static func whole<T>(_ bytes: UnsafeRawBufferPointer, _ body: (inout JSONReader) throws(JSONReader.Failure) -> T) -> T? {
         var r = JSONReader(bytes)
-        return try? r.whole { (r: inout JSONReader) throws(JSONReader.Failure) in try browse(&r) }
+        return try? r.whole(body)
+    }
+
+    public static func browse(_ bytes: UnsafeRawBufferPointer) -> BrowseResponse? {
+        whole(bytes, browse)
     }
 
     /// A `fields=posix` browse page.
     public static func posixBrowse(_ bytes: UnsafeRawBufferPointer) -> PosixBrowseResponse? {
-        var r = JSONReader(bytes)
-        return try? r.whole { (r: inout JSONReader) throws(JSONReader.Failure) in try posixBrowse(&r) }
+        whole(bytes, posixBrowse)
     }
 
     public static func search(_ bytes: UnsafeRawBufferPointer) -> SearchResponse? {
-        var r = JSONReader(bytes)
-        return try? r.whole { (r: inout JSONReader) throws(JSONReader.Failure) in try search(&r) }
+        whole(bytes, search)
     }
 
     /// One record (the answer of a complete, a folder made, a file's attributes changed).
     public static func fileRecord(_ bytes: UnsafeRawBufferPointer) -> FileRecord? {
-        var r = JSONReader(bytes)
-        return try? r.whole { (r: inout JSONReader) throws(JSONReader.Failure) in try record(&r) }
+        whole(bytes, record)
     }
 
     /// A batch upload's answer whose every file was stored (a refusal's error body is left to
     /// JSONDecoder, with the rest of the answer).
     public static func batchResponse(_ bytes: UnsafeRawBufferPointer) -> BatchUpload.Response? {
-        var r = JSONReader(bytes)
-        return try? r.whole { (r: inout JSONReader) throws(JSONReader.Failure) in try batchResponse(&r) }
+        whole(bytes, batchResponse)
     }
 
     /// A batch's declaration (read by `stowd` for every batch of small files a mount sends).
     public static func batchRequest(_ bytes: UnsafeRawBufferPointer) -> BatchUpload.Request? {
-        var r = JSONReader(bytes)
-        return try? r.whole { (r: inout JSONReader) throws(JSONReader.Failure) in
+        whole(bytes) { (r: inout JSONReader) throws(JSONReader.Failure) in
             var files: [StartUploadRequest]?
             var seen = SeenKeys()
             try r.object { r, key throws(JSONReader.Failure) in
                 switch key {
                 case "files":
                     try seen.first(0)
-                    var list: [StartUploadRequest] = []
-                    try r.array { r throws(JSONReader.Failure) in list.append(try startUpload(&r)) }
-                    files = list
+                    files = try r.list(startUpload)
                 default: try r.skipValue()
                 }
             }
@@ -151,8 +149,7 @@ public enum WireJSONReading {
 
     /// A change feed's answer.
     public static func changes(_ bytes: UnsafeRawBufferPointer) -> ChangesResponse? {
-        var r = JSONReader(bytes)
-        return try? r.whole { (r: inout JSONReader) throws(JSONReader.Failure) in try changes(&r) }
+        whole(bytes, changes)
     }
 
     static func changes(_ r: inout JSONReader) throws(JSONReader.Failure) -> ChangesResponse {
@@ -168,9 +165,7 @@ public enum WireJSONReading {
                 reset = try r.bool()
             case "changes":
                 try seen.first(2)
-                var list: [ChangeRecord] = []
-                try r.array { r throws(JSONReader.Failure) in list.append(try change(&r)) }
-                changes = list
+                changes = try r.list(change)
             default: try r.skipValue()
             }
         }
@@ -220,9 +215,7 @@ public enum WireJSONReading {
             switch key {
             case "results":
                 try seen.first(0)
-                var list: [BatchUpload.Result] = []
-                try r.array { r throws(JSONReader.Failure) in list.append(try batchResult(&r)) }
-                results = list
+                results = try r.list(batchResult)
             default: try r.skipValue()
             }
         }
@@ -265,19 +258,14 @@ public enum WireJSONReading {
     ) throws(JSONReader.Failure) -> ([R], [R], PageInfo) {
         var items: [R]?, folders: [R]?, page: PageInfo?
         var seen = SeenKeys()
-        func list(_ r: inout JSONReader) throws(JSONReader.Failure) -> [R] {
-            var out: [R] = []
-            try r.array { r throws(JSONReader.Failure) in out.append(try element(&r)) }
-            return out
-        }
         try r.object { r, key throws(JSONReader.Failure) in
             switch key {
             case "items":
                 try seen.first(0)
-                items = try list(&r)
+                items = try r.list(element)
             case "folders":
                 try seen.first(1)
-                folders = try list(&r)
+                folders = try r.list(element)
             case "page":
                 try seen.first(2)
                 page = try pageInfo(&r)
@@ -307,9 +295,7 @@ public enum WireJSONReading {
     }
 
     static func records(_ r: inout JSONReader) throws(JSONReader.Failure) -> [FileRecord] {
-        var out: [FileRecord] = []
-        try r.array { r throws(JSONReader.Failure) in out.append(try record(&r)) }
-        return out
+        try r.list(record)
     }
 
     static func pageInfo(_ r: inout JSONReader) throws(JSONReader.Failure) -> PageInfo {
@@ -337,11 +323,7 @@ public enum WireJSONReading {
                 nextId = try r.optional { r throws(JSONReader.Failure) in try r.string() }
             case "splits":
                 try seen.first(6)
-                splits = try r.optional { r throws(JSONReader.Failure) in
-                    var list: [PageSplit] = []
-                    try r.array { r throws(JSONReader.Failure) in list.append(try pageSplit(&r)) }
-                    return list
-                }
+                splits = try r.optional { r throws(JSONReader.Failure) in try r.list(pageSplit) }
             default: try r.skipValue()
             }
         }
@@ -788,10 +770,15 @@ struct JSONReader {
         return v
     }
 
-    mutating func strings() throws(Failure) -> [String] {
-        var out: [String] = []
-        try array { r throws(Failure) in out.append(try r.string()) }
+    /// `[ … ]`: each element as `element` reads it.
+    mutating func list<T>(_ element: (inout JSONReader) throws(Failure) -> T) throws(Failure) -> [T] {
+        var out: [T] = []
+        try array { r throws(Failure) in out.append(try element(&r)) }
         return out
+    }
+
+    mutating func strings() throws(Failure) -> [String] {
+        try list { r throws(Failure) in try r.string() }
     }
 
     mutating func stringMap() throws(Failure) -> [String: String] {

@@ -538,12 +538,12 @@ public actor UploadQueue {
             if running[r.id] != nil { sent += progress.sent(r.id) }
             if r.state == .failed { failed += 1 }
         }
-        var chosen: [UploadJournal.Record]
-        switch listed {
-        case .all: chosen = Array(records.values)
-        case .failing(let limit): chosen = Array(records.values.filter { $0.lastError != nil }.sorted { $0.id < $1.id }.prefix(limit))
+        var chosen = records.values.filter { r in
+            if case .failing = listed { return r.lastError != nil }
+            return true
         }
         chosen.sort { $0.id < $1.id }
+        if case .failing(let limit) = listed { chosen = Array(chosen.prefix(limit)) }
         let items = chosen.map { r in
             QueueStatus.Item(
                 id: r.id, path: r.location.description, size: r.size, sent: running[r.id] != nil ? progress.sent(r.id) : 0,
