@@ -43,7 +43,7 @@ test: deps
 	@scripts/timed.sh "swift test (all but the mount tests)" $(SWIFT) test --skip-build --skip MountTests
 	@scripts/timed.sh "swift test (the mount tests, in a process of their own)" $(SWIFT) test --skip-build --filter MountTests
 	@scripts/timed.sh "server suite, hostile input and schemathesis on PostgreSQL + S3" env STOW_ST_MAX_EXAMPLES=50 scripts/test-scaleout.sh
-	@scripts/timed.sh "hostile input and schemathesis" python3 -m pytest Tests/hostile -q
+	@scripts/timed.sh "hostile input and schemathesis" env STOW_ST_MAX_EXAMPLES=$${STOW_ST_MAX_EXAMPLES:-100} python3 -m pytest Tests/hostile -q
 	@scripts/timed.sh "cluster drills: a replica killed, PostgreSQL away, S3 away, under a mount" env STOW_BIN_DIR="$(CURDIR)/.build/debug" scripts/cluster-smoke.sh
 
 # The server's suites on the scale-out backend (PostgreSQL + S3, started and stopped here), after a
