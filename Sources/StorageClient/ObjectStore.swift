@@ -26,6 +26,9 @@ public protocol ObjectStore: Sendable {
     func listFolder(_ ns: Namespace, folder: StoragePath, cap: Int?) async throws -> FolderListing
     func update(_ ns: Namespace, _ path: StoragePath, _ patch: FilePatch, ifMatch: String?) async throws -> FileRecord
     func delete(_ ns: Namespace, _ path: StoragePath, ifMatch: String?) async throws
+    /// Several deletes (`delete`, each with its own `ifMatch`): one result per path, in order,
+    /// each done or refused on its own. The default sends them a few at a time.
+    func deleteFiles(_ ns: Namespace, _ files: [(path: StoragePath, ifMatch: String?)]) async -> [Result<Void, StorageError>]
     func makeFolder(_ ns: Namespace, _ path: StoragePath, _ request: FolderRequest) async throws -> FileRecord
     /// Makes a folder and, where the store can in the same request, takes its `names` lease for
     /// lock session `session` (`FolderRequest.namesLease`): the record, and whether the lease is
@@ -142,6 +145,39 @@ extension ObjectStore {
         let session = try await startUpload(ns, request)
         return try await resumeUpload(
             session, from: source, knownOffset: 0, options: UploadOptions(chunkSize: max(1, request.size), retry: RetryPolicy(attempts: 3, baseDelay: .milliseconds(300))))
+    }
+
+    /// Stores without a request for several deletes send them a few at a time.
+    public func deleteFiles(_ ns: Namespace, _ files: [(path: StoragePath, ifMatch: String?)]) async -> [Result<Void, StorageError>] {
+        await deleteConcurrently(ns, files, width: 8)
+    }
+
+    /// `delete` for each path, up to `width` at once; each result on its own.
+    public func deleteConcurrently(_ ns: Namespace, _ files: [(path: StoragePath, ifMatch: String?)], width: Int) async -> [Result<Void, StorageError>] {
+        var results = [Result<Void, StorageError>](repeating: .success(()), count: files.count)
+        await withTaskGroup(of: (Int, Result<Void, StorageError>).self) { group in
+            var next = 0
+            func add() {
+                let i = next, file = files[i]
+                next += 1
+                group.addTask {
+                    do {
+                        try await self.delete(ns, file.path, ifMatch: file.ifMatch)
+                        return (i, .success(()))
+                    } catch let e as StorageError {
+                        return (i, .failure(e))
+                    } catch {
+                        return (i, .failure(StorageError(.cancelled, "\(error)")))
+                    }
+                }
+            }
+            while next < min(width, files.count) { add() }
+            for await (i, result) in group {
+                results[i] = result
+                if next < files.count { add() }
+            }
+        }
+        return results
     }
 
     /// Stores without a batch request send the files one by one.

@@ -87,10 +87,11 @@ enum StatusText {
         if q.files == 0 {
             lines.append("  queue:   empty — everything is stored")
         } else {
-            lines.append("  queue:   \(q.files) file(s), \(ByteSize.format(q.bytes)) (\(ByteSize.format(q.bytesSent)) sent), \(q.uploading) uploading, \(q.failed) failed")
+            let deletes = q.deletions.map { " (\($0) of them deletes)" } ?? ""
+            lines.append("  queue:   \(q.files) file(s)\(deletes), \(ByteSize.format(q.bytes)) (\(ByteSize.format(q.bytesSent)) sent), \(q.uploading) uploading, \(q.failed) failed")
         }
         if q.paused == true { lines.append("  uploads: paused — nothing is sent until `stowfs resume \(mountpoint)`") }
-        lines.append("  stored:  \(q.uploadedFiles) file(s), \(ByteSize.format(q.uploadedBytes)) since mount")
+        lines.append("  stored:  \(q.uploadedFiles) file(s), \(ByteSize.format(q.uploadedBytes)) since mount" + (q.deletedFiles.map { "; \($0) deleted" } ?? ""))
         let hitRate = s.cache.hits + s.cache.misses > 0 ? Double(s.cache.hits) * 100 / Double(s.cache.hits + s.cache.misses) : 0
         lines.append(String(format: "  cache:   %@ of %@, %.0f%% hits", ByteSize.format(s.cache.bytes), ByteSize.format(s.cache.capacity), hitRate))
         lines.append("  open:    \(s.openFiles) handle(s), \(s.inodes) inode(s) known")

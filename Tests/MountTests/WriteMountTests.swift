@@ -1,4 +1,5 @@
 import Foundation
+import StorageClient
 import Testing
 
 @Suite("mount: writing with real tools", .serialized)
@@ -38,6 +39,30 @@ struct WriteMountTests {
             try m.unmountFS()
             try m.mountFS()
             try m.sh("diff -r many \(m.mountpoint)/many")
+        }
+    }
+
+    @Test("rm -rf of a tree: gone from the mount at once, and from the server when rm returns")
+    func removeTree() async throws {
+        try await withMount { m in
+            try m.sh("mkdir -p tree/a/b tree/c && for i in $(seq 1 100); do echo $i > tree/a/f$i; echo $i > tree/c/g$i; done && echo deep > tree/a/b/deep")
+            try m.sh("cp -r tree \(m.mountpoint)/ && mkdir \(m.mountpoint)/keep && echo kept > \(m.mountpoint)/keep/k")
+            try m.stowfs(["sync", m.mountpoint])
+            #expect(try await m.storedSHA256("tree/c/g7") != nil)
+            try m.sh("rm -rf \(m.mountpoint)/tree")
+            #expect(try m.sh("ls -A \(m.mountpoint)") == "keep")
+            // Each rmdir waited for the deletes queued under its folder: the server has none of it.
+            for path in ["tree/c/g7", "tree/a/b/deep", "tree/a", "tree"] {
+                do {
+                    _ = try await m.storedSHA256(path)
+                    Issue.record("\(path) is still on the server")
+                } catch let e as StorageError where e.kind == .notFound {
+                }
+            }
+            try m.unmountFS()
+            try m.mountFS()
+            #expect(try m.sh("ls -A \(m.mountpoint)") == "keep")
+            #expect(try m.sh("cat \(m.mountpoint)/keep/k") == "kept")
         }
     }
 

@@ -188,6 +188,8 @@ struct EngineTreeTests {
             try await h.write("kept", "bytes")
             await h.fs.sync()
             try await h.unlink("kept")
+            // The delete is queued (journaled) and sent in the background: stored by the next sync.
+            await h.fs.sync()
             await #expect(throws: StorageError.self) { try await h.storedRecord("kept") }
             await expectFS(.notFound) { _ = try await h.resolve("kept") }
         }

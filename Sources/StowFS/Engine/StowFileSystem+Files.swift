@@ -154,6 +154,8 @@ extension StowFileSystem {
             // The server did not answer the last one: decided here, as S12 allows any create.
             return try create(parent: parent, name: name, mode: mode, caller: caller)
         }
+        // A file deleted here under this name may still be on the server: the server decides after that delete.
+        try await settleDeletes(at: location)
         let record: FileRecord
         do {
             record = try await Self.within(Self.exclusiveCreateWait) { [store] in try await store.uploadDirect(ns, request, from: .bytes(ByteBuffer())) }

@@ -75,6 +75,8 @@ extension StowFileSystem {
             }
             var batch: [String] = []
             for (owed, status) in mine {
+                // A file deleted here (its delete on its way): not found, though the server still has it.
+                if owed.isDeletion { continue }
                 guard any || statuses.contains(FindStatus(rawValue: status) ?? .pending) else { continue }
                 let r = owed.withPatchApplied
                 guard

@@ -113,7 +113,8 @@ extension StowFileSystem {
             guard case .io = failure, known else { throw failure }
             return try answerFromListing(parent: parent, name: name, retain: retain)
         }
-        return state.withLock { s in
+        return try state.withLock { (s: inout State) throws(FSError) -> Entry in
+            if deletedHere(s, record, observedAt: asked) { throw FSError.notFound }
             let ino = upsert(&s, record, parent: parent, name: name, observedAt: asked)
             if retain { s.inodes[ino]?.lookups += 1 }
             return entry(s.inodes[ino]!)
@@ -243,6 +244,8 @@ extension StowFileSystem {
         }
         return try state.withLock { (s: inout State) throws(FSError) -> FileAttributes in
             let e = try inode(s, ino)
+            // A file unlinked here (still open) whose delete is on its way: what it was.
+            if deletedHere(s, record, observedAt: asked) { return e.attributes }
             let updated = upsert(&s, record, parent: e.parent, name: e.name, observedAt: asked)
             return try inode(s, updated).attributes
         }
@@ -373,7 +376,9 @@ extension StowFileSystem {
             let records = listing.entries
             complete = listing.complete
             state.withLock { s in
-                for r in records { names[r.fileName] = upsert(&s, r, parent: ino, name: r.fileName, observedAt: started) }
+                for r in records where !deletedHere(s, r, observedAt: started) {
+                    names[r.fileName] = upsert(&s, r, parent: ino, name: r.fileName, observedAt: started)
+                }
             }
         }
         state.withLock { s in

@@ -190,7 +190,11 @@ extension StowFileSystem {
         for p in paths {
             let location = try location(ofMountPath: p)
             for r in await queue.failures(under: [location]) {
-                if let ino = state.withLock({ $0.uploadOwner[r.id] }) {
+                if r.isDeletion {
+                    // A delete refused: dropped, the file shows again as the server has it.
+                    _ = await queue.cancel(r.id)
+                    deleteDropped(id: r.id)
+                } else if let ino = state.withLock({ $0.uploadOwner[r.id] }) {
                     try await lockedInode(ino) { () async throws(FSError) in try await self.discardLocked(ino) }
                 } else {
                     // Recovered from the journal and not claimed by an inode yet.

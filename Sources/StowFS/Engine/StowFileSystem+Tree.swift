@@ -23,6 +23,8 @@ extension StowFileSystem {
                 return entry(s.inodes[ino]!)
             }
         }
+        // A file deleted here under this name may still be on the server.
+        try await settleDeletes(at: location)
         // The feed followed from before the folder exists: it will name any change made in it.
         let held = feedHolds()
         let request = FolderRequest(mode: mode & 0o7777, uid: caller.uid, gid: caller.gid, parents: false, existOk: false)
@@ -71,6 +73,8 @@ extension StowFileSystem {
             return location
         }
         guard let ns = location.namespace else { throw FSError.notPermitted }
+        // Files deleted in it here (`rm -rf`): the server must have done those first.
+        try await settleDeletes(at: location, under: true)
         if location.path.isRoot {
             try await remote { try await store.deleteNamespace(ns, recursive: false) }
         } else {
@@ -132,8 +136,8 @@ extension StowFileSystem {
     }
 
     private func unlinkLocked(parent: InodeNumber, name: String, ino: InodeNumber) async throws(FSError) {
-        let (location, owed, isRemote, lastName, remaining) = try state.withLock {
-            (s: inout State) throws(FSError) -> (Location, [Int64], Bool, Bool, Location?) in
+        let (location, owed, remoteIno, lastName, remaining) = try state.withLock {
+            (s: inout State) throws(FSError) -> (Location, [Int64], UInt64?, Bool, Location?) in
             var e = try inode(s, ino)
             guard e.kind != .directory else { throw FSError.isADirectory }
             if e.local?.stream != nil {
@@ -146,22 +150,35 @@ extension StowFileSystem {
             // search walks every listed folder (done for every unlink, it made `rm -rf` of a folder
             // of 100,000 files quadratic).
             let other = e.attributes.nlink <= 1 ? nil : otherName(s, of: ino, besides: parent, name).flatMap { o in try? child(try self.location(s, o.parent), o.name) }
-            return (try child(try self.location(s, parent), name), e.owedUploads + (e.local?.heldUpload.map { [$0] } ?? []), e.remote != nil, e.attributes.nlink <= 1, other)
+            return (try child(try self.location(s, parent), name), e.owedUploads + (e.local?.heldUpload.map { [$0] } ?? []), e.remote?.ino, e.attributes.nlink <= 1, other)
         }
-        var stored = isRemote
+        var stored = remoteIno
         if lastName {
             // Its content will never be needed on the server: stop what is owed.
-            for id in owed where await cancelUpload(id, ino: ino) != nil { stored = true }
+            // (The newest that landed had the path last.)
+            var newest: Int64 = 0
+            for id in owed {
+                if let landed = await cancelUpload(id, ino: ino), id > newest {
+                    newest = id
+                    stored = landed.inode
+                }
+            }
         } else if let remaining {
             // Uploads owed under the name that goes land under one that stays (else they would bring it back).
             for id in owed where await queue.record(id)?.location == location { _ = await queue.retarget(id, to: remaining) }
         }
-        if stored, let ns = location.namespace {
-            do {
-                try await store.delete(ns, location.path, ifMatch: nil)
-            } catch let e as StorageError where e.kind == .notFound {
-            } catch {
-                throw FSError.from(error)
+        if let stored, let ns = location.namespace {
+            if lastName {
+                // The file goes for good: the delete is queued (journaled), and sent with others.
+                try queueDelete(location, remoteIno: stored)
+            } else {
+                // One name of several: the server's link count must be right now (the others stay).
+                do {
+                    try await store.delete(ns, location.path, ifMatch: nil)
+                } catch let e as StorageError where e.kind == .notFound {
+                } catch {
+                    throw FSError.from(error)
+                }
             }
         }
         state.withLock { s in
@@ -212,6 +229,10 @@ extension StowFileSystem {
             return (from, to, se, de)
         }
         let ns = srcLoc.namespace!
+        // Deletes on their way at either side (a file deleted under the new name, files deleted in
+        // a folder that moves): done first, or they would land on what the rename puts there.
+        try await settleDeletes(at: srcLoc, under: true)
+        try await settleDeletes(at: dstLoc, under: true)
         if exchange {
             // Rare: let what is owed on both sides land first, then swap on the server.
             try await settle(srcLoc)
@@ -342,6 +363,7 @@ extension StowFileSystem {
         }
         // The server links stored inodes: what is owed lands first.
         try await settle(from)
+        try await settleDeletes(at: to)
         let record = try await remote { try await store.link(from.namespace!, from: from.path, to: to.path) }
         return state.withLock { s in
             s.inodes[newParent]?.directory?.children[newName] = ino
@@ -392,6 +414,7 @@ extension StowFileSystem {
         guard !configuration.readOnly else { throw FSError.readOnly }
         let location = try state.withLock { (s: inout State) throws(FSError) -> Location in try child(try self.location(s, parent), name) }
         guard let ns = location.namespace, !location.path.isRoot else { throw FSError.notPermitted }
+        try await settleDeletes(at: location)
         let record = try await remote { try await store.makeNode(ns, location.path, request) }
         return state.withLock { s in
             let ino = upsert(&s, record, parent: parent, name: name)

@@ -224,6 +224,12 @@ public final class StowFileSystem: Sendable {
         var namedBeforeKnown: [UInt64: ContinuousClock.Instant] = [:]
         /// Uploads recovered from the journal that no inode has claimed yet.
         var recovered: [Location: UploadJournal.Record] = [:]
+        /// Deletes owed to the server (unlinks queued), by the server inode they delete, and those
+        /// done in the last moments: a listing or lookup that began before the server did one must
+        /// not bring the file back (`OwedDelete.hides`).
+        var owedDeletes: [UInt64: OwedDelete] = [:]
+        /// How many of `owedDeletes` the server has not done yet.
+        var deletesPending = 0
         /// Namespaces (the root listing of a `--all` mount), cached.
         var namespaces: [String: UInt64]?
         var namespacesValidUntil: ContinuousClock.Instant = .now
@@ -274,9 +280,13 @@ public final class StowFileSystem: Sendable {
         if let snapshot { Self.restore(snapshot, into: &s) }
         let recovered = await queue.recovered
         for r in recovered { s.recovered[r.location] = r }
+        let deletions = await queue.deletions
+        for r in deletions { if let d = r.deletion { Self.noteDeleteOwed(&s, id: r.id, location: r.location, d) } }
         state = Mutex(s)
         if !recovered.isEmpty { logger.info("resuming \(recovered.count) upload(s) left from the last mount") }
+        if !deletions.isEmpty { logger.info("resuming \(deletions.count) delete(s) left from the last mount") }
         await queue.setOnFinished { [weak self] finished in self?.uploadFinished(finished) }
+        await queue.setOnDeleted { [weak self] done in self?.deletesDone(done) }
         // Files the journal no longer names: the last mount's spares, or copies left by a crash
         // between an upload's end and its cleanup. Emptied and kept for the next files. Compared
         // by name (every copy is in `files/`): the journal keeps each copy's path as the last

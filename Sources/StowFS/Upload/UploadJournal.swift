@@ -36,6 +36,22 @@ public final class UploadJournal: Sendable {
         /// Milliseconds since the epoch before which no new attempt is made.
         public var nextAttempt: Int64
         public var created: Int64
+        /// Set for a delete owed to the server (an unlink), not an upload: `location` goes, and
+        /// the record has no content (`cacheFile` is empty).
+        public var deletion: Deletion? = nil
+
+        public var isDeletion: Bool { deletion != nil }
+    }
+
+    /// What a delete record removes: the server's file `remoteIno` at the record's path, only if
+    /// its ETag is still `ifMatch` (when known) — never another file that took the name meanwhile.
+    public struct Deletion: Sendable, Equatable {
+        public var remoteIno: UInt64
+        public var ifMatch: String?
+        public init(remoteIno: UInt64, ifMatch: String?) {
+            self.remoteIno = remoteIno
+            self.ifMatch = ifMatch
+        }
     }
 
     private let db: DatabaseQueue
@@ -82,6 +98,11 @@ public final class UploadJournal: Sendable {
         migrator.registerMigration("v2 content") { db in
             try db.execute(sql: "ALTER TABLE uploads ADD COLUMN content BLOB")
         }
+        // Deletes owed to the server (unlink), in line with the uploads of the same paths.
+        migrator.registerMigration("v3 deletes") { db in
+            try db.execute(sql: "ALTER TABLE uploads ADD COLUMN delete_ino INTEGER")
+            try db.execute(sql: "ALTER TABLE uploads ADD COLUMN delete_if_match TEXT")
+        }
         try migrator.migrate(db)
     }
 
@@ -100,6 +121,22 @@ public final class UploadJournal: Sendable {
         guard let ns = location.namespace else { throw FSError.notPermitted }
         return try grouped { db in
             try Self.insertRow(db, ns, location, cacheFile, size, params, contentType, tags, patch, state, content: content)
+        }
+    }
+
+    /// Adds a delete record (synced, shared with concurrent commits); returns its id.
+    public func insertDeletion(location: Location, _ deletion: Deletion) throws -> Int64 {
+        guard let ns = location.namespace else { throw FSError.notPermitted }
+        return try grouped { db in
+            try db.cachedStatement(
+                sql: """
+                    INSERT INTO uploads(namespace, path, cache_file, size, params, state, created, delete_ino, delete_if_match)
+                    VALUES (?, ?, '', 0, '{}', 'queued', ?, ?, ?)
+                    """
+            ).execute(arguments: [
+                ns.name, location.path.string, Int64(Date().timeIntervalSince1970 * 1000), Int64(bitPattern: deletion.remoteIno), deletion.ifMatch,
+            ])
+            return db.lastInsertedRowID
         }
     }
 
@@ -244,7 +281,8 @@ public final class UploadJournal: Sendable {
                     params: Self.decode(row["params"], UploadParams.self) ?? UploadParams(), contentType: row["content_type"],
                     tags: Self.decode(row["tags"], [String].self), patch: Self.decode(row["patch"], FilePatch.self),
                     session: Self.decode(row["session"], StartUploadResponse.self), state: Record.State(rawValue: row["state"]) ?? .queued,
-                    attempts: row["attempts"], lastError: row["last_error"], nextAttempt: row["next_attempt"], created: row["created"])
+                    attempts: row["attempts"], lastError: row["last_error"], nextAttempt: row["next_attempt"], created: row["created"],
+                    deletion: (row["delete_ino"] as Int64?).map { Deletion(remoteIno: UInt64(bitPattern: $0), ifMatch: row["delete_if_match"]) })
             }
         }
     }

@@ -20,6 +20,13 @@ public actor UploadQueue {
         public var cacheFile: String
     }
 
+    /// A delete the server has done (or found done: the file was gone, or another had taken its name).
+    public struct Deleted: Sendable {
+        public var id: Int64
+        public var location: Location
+        public var deletion: UploadJournal.Deletion
+    }
+
     public enum CancelOutcome: Sendable, Equatable {
         /// The upload will not happen (nothing of it is visible on the server).
         case cancelled
@@ -68,6 +75,7 @@ public actor UploadQueue {
     /// Held records written to the journal on the FUSE thread (close's flush), not yet in `table`.
     /// Nothing schedules a held record, so only their arrival, in order, matters.
     private enum Arrival: Sendable {
+        /// A held record, or a delete record: in the line from now on.
         case held(UploadJournal.Record)
         case heldChanged(id: Int64, size: Int64, params: UploadParams)
     }
@@ -128,14 +136,20 @@ public actor UploadQueue {
     static let scanLookahead = 2048
     /// A hole at the end of a local copy at least this large is declared as zeros (`zeros_from`), not sent.
     static let sparseTailMinimum: Int64 = 16 << 20
-    /// Requests in flight (a batch counts once), and those of them that carry small files.
+    /// Deletes sent in one call of `deleteFiles`; one such call is in flight at a time, and the
+    /// deletes that arrive meanwhile go together in the next (as small files do).
+    static let deletionBatchMax = 1024
+    /// Requests in flight (a batch counts once), and those of them that carry small files or deletes.
     private var slots = 0
     private var smallSlots = 0
+    private var deletionSlots = 0
 
     func markCompleting(_ id: Int64) { completing.insert(id) }
     private var waiters: [(key: Int, ids: Set<Int64>, continuation: CheckedContinuation<Void, Never>)] = []
     private var nextWaiter = 0
     private var onFinished: (@Sendable (Finished) async -> Void)?
+    private var onDeleted: (@Sendable ([Deleted]) -> Void)?
+    private var deletedFiles = 0
     private var scheduler: Task<Void, Never>?
     private let wake = Wakeup()
     private var stopped = false
@@ -168,10 +182,14 @@ public actor UploadQueue {
         order = table.keys.sorted()
     }
 
-    /// What the journal holds on start-up, for the engine to show as pending files.
-    public var recovered: [UploadJournal.Record] { records.values.sorted { $0.id < $1.id } }
+    /// The uploads the journal holds on start-up, for the engine to show as pending files.
+    public var recovered: [UploadJournal.Record] { records.values.filter { !$0.isDeletion }.sorted { $0.id < $1.id } }
+    /// The deletes the journal holds (on start-up: for the engine to hide their files).
+    public var deletions: [UploadJournal.Record] { records.values.filter(\.isDeletion).sorted { $0.id < $1.id } }
 
     public func setOnFinished(_ handler: @escaping @Sendable (Finished) async -> Void) { onFinished = handler }
+    /// Called (on the queue) with the deletes the server has done, after they left the journal.
+    public func setOnDeleted(_ handler: @escaping @Sendable ([Deleted]) -> Void) { onDeleted = handler }
 
     /// Starts sending.
     public func start() {
@@ -255,6 +273,19 @@ public actor UploadQueue {
             id: id, location: location, cacheFile: cacheFile, size: size, params: params, contentType: contentType, tags: tags, patch: nil,
             session: nil, state: .held, attempts: 0, lastError: nil, nextAttempt: 0, created: Int64(Date().timeIntervalSince1970 * 1000))
         inbox.withLock { $0.append(.held(r)) }
+        return id
+    }
+
+    /// A delete owed to the server (an unlink), written to the journal (synced) from the caller's
+    /// thread; it goes in line with the uploads of its path, after those queued before it.
+    /// `stowfs pause` does not hold deletes back (they carry no bytes, and `rmdir` waits for them).
+    public nonisolated func enqueueDeletion(location: Location, _ deletion: UploadJournal.Deletion) throws -> Int64 {
+        let id = try journal.insertDeletion(location: location, deletion)
+        let r = UploadJournal.Record(
+            id: id, location: location, cacheFile: "", size: 0, params: UploadParams(), contentType: nil, tags: nil, patch: nil, session: nil,
+            state: .queued, attempts: 0, lastError: nil, nextAttempt: 0, created: Int64(Date().timeIntervalSince1970 * 1000), deletion: deletion)
+        inbox.withLock { $0.append(.held(r)) }
+        wake.signal()
         return id
     }
 
@@ -532,11 +563,15 @@ public actor UploadQueue {
     /// encoding it to JSON, was 8% of a mount's time while `tar x` was stored.
     public func status(listed: Listed = .all) -> QueueStatus {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
-        var bytes: Int64 = 0, sent: Int64 = 0, failed = 0
+        var bytes: Int64 = 0, sent: Int64 = 0, failed = 0, deletions = 0, uploading = 0
         for r in records.values {
             bytes += r.size
-            if running[r.id] != nil { sent += progress.sent(r.id) }
+            if running[r.id] != nil {
+                sent += progress.sent(r.id)
+                if !r.isDeletion { uploading += 1 }
+            }
             if r.state == .failed { failed += 1 }
+            if r.isDeletion { deletions += 1 }
         }
         var chosen = records.values.filter { r in
             if case .failing = listed { return r.lastError != nil }
@@ -547,19 +582,21 @@ public actor UploadQueue {
         let items = chosen.map { r in
             QueueStatus.Item(
                 id: r.id, path: r.location.description, size: r.size, sent: running[r.id] != nil ? progress.sent(r.id) : 0,
-                state: running[r.id] != nil ? "uploading" : r.state.rawValue, attempts: r.attempts, lastError: r.lastError,
+                state: r.isDeletion ? (running[r.id] != nil ? "deleting" : r.state == .failed ? "failed" : "delete") : running[r.id] != nil ? "uploading" : r.state.rawValue,
+                attempts: r.attempts, lastError: r.lastError,
                 retryInSeconds: r.nextAttempt > now ? Double(r.nextAttempt - now) / 1000 : nil)
         }
         return QueueStatus(
-            files: records.count, bytes: bytes, bytesSent: sent, uploading: running.count, failed: failed, uploadedFiles: uploadedFiles,
-            uploadedBytes: uploadedBytes, failedAttempts: failedAttempts, paused: suspended ? true : nil, items: items)
+            files: records.count, bytes: bytes, bytesSent: sent, uploading: uploading, failed: failed, uploadedFiles: uploadedFiles,
+            uploadedBytes: uploadedBytes, failedAttempts: failedAttempts, paused: suspended ? true : nil,
+            deletions: deletions > 0 ? deletions : nil, deletedFiles: deletedFiles > 0 ? deletedFiles : nil, items: items)
     }
 
     // MARK: - Scheduling
 
     /// Starts what may start; returns how long until a delayed record is due.
     private func schedule() -> Duration {
-        guard !stopped, !suspended else { return .seconds(3600) }
+        guard !stopped else { return .seconds(3600) }
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         var nextDue: Int64 = .max
         let busyLocations = Set(running.keys.compactMap { records[$0]?.location })
@@ -578,11 +615,26 @@ public actor UploadQueue {
             let task = Task { ids.count == 1 ? await self.run(ids[0], small: true) : await self.runBatch(ids, ns: ns) }
             for id in ids { running[id] = task }
         }
+        // Deletes picked this round, of one namespace: sent together.
+        var deletions: [Int64] = []
+        var deletionNamespace: Namespace?
+        func sendDeletions() {
+            guard !deletions.isEmpty else { return }
+            let ids = deletions, ns = deletionNamespace!
+            deletions = []
+            deletionNamespace = nil
+            slots += 1
+            deletionSlots += 1
+            let task = Task { await self.runDeletions(ids, ns: ns) }
+            for id in ids { running[id] = task }
+        }
         var blockedSmall = 0
         absorbInbox()
+        // Paused (`stowfs pause`): only deletes go.
+        if suspended && deletionSlots > 0 { return .seconds(3600) }
         for id in orderedIDs() {
             guard let r = table[id] else { continue }
-            guard slots < parallelism || !batch.isEmpty else { break }
+            guard slots < parallelism || !batch.isEmpty || !deletions.isEmpty else { break }
             // Small files that cannot go this round (the request for small files is busy): past a
             // few thousand of them the rest of the queue waits for the next round, which that
             // request's answer starts. A round then costs the same with 100 files queued or 100,000.
@@ -601,6 +653,16 @@ public actor UploadQueue {
                 continue
             }
             let id = r.id
+            if r.isDeletion, let ns = r.location.namespace {
+                // A delete: into this round's request of deletes, if one may go now.
+                guard deletionSlots == 0, deletions.isEmpty ? slots < parallelism : deletionNamespace == ns else { continue }
+                deletions.append(id)
+                deletionNamespace = ns
+                if deletions.count == Self.deletionBatchMax { sendDeletions() }
+                continue
+            }
+            // Paused: uploads wait (still in line: a delete of their path waits behind them).
+            if suspended { continue }
             if r.session == nil, r.size <= min(Self.batchFileLimit, chunkSize), let ns = r.location.namespace {
                 // A small file: into this round's batch, if a request for small files may go now.
                 guard smallSlots < Self.smallRequestsInFlight, batch.isEmpty ? slots < parallelism : batchNamespace == ns else {
@@ -617,6 +679,8 @@ public actor UploadQueue {
             slots += 1
             running[id] = Task { await self.run(id, small: false) }
         }
+        sendDeletions()
+        if suspended { return nextDue == .max ? .seconds(3600) : .milliseconds(max(1, nextDue - now)) }
         if !batch.isEmpty, batch.count < Self.batchLingerFiles, now < batchOldest + Self.batchLinger, waiters.isEmpty {
             nextDue = min(nextDue, batchOldest + Self.batchLinger)
             return .milliseconds(max(1, nextDue - now))
@@ -693,6 +757,47 @@ public actor UploadQueue {
             }
         }
         await finish(done)
+        return nil
+    }
+
+    /// Deletes of one namespace in one call (`deleteFiles`). A file found gone (404), or replaced
+    /// by another (412: its ETag is not the one deleted), counts as deleted: what the delete was
+    /// for is true. Other refusals go the way failed uploads go.
+    private func runDeletions(_ ids: [Int64], ns: Namespace) async -> FileRecord? {
+        defer {
+            for id in ids { running[id] = nil }
+            slots -= 1
+            deletionSlots -= 1
+            wake.signal()
+        }
+        let items = ids.compactMap { id in records[id].flatMap { r in r.deletion.map { (id: id, location: r.location, deletion: $0) } } }
+        guard !items.isEmpty else { return nil }
+        logger.debug("deletes: \(items.count)")
+        let results = await store.deleteFiles(ns, items.map { (path: $0.location.path, ifMatch: $0.deletion.ifMatch) })
+        var done: [Deleted] = []
+        for (item, result) in zip(items, results) {
+            switch result {
+            case .success:
+                done.append(Deleted(id: item.id, location: item.location, deletion: item.deletion))
+            case .failure(let e) where e.kind == .notFound || e.kind == .preconditionFailed:
+                done.append(Deleted(id: item.id, location: item.location, deletion: item.deletion))
+            case .failure(let e):
+                if !(cancelling.contains(item.id) || stopped) { failed(item.id, e) }
+            }
+        }
+        guard !done.isEmpty else { return nil }
+        do {
+            try journal.delete(done.map(\.id))
+        } catch {
+            // Still in the journal: sent again (harmless: found gone) after a restart or a retry.
+            logger.error("cannot remove \(done.count) done delete(s) from the journal: \(error)")
+            for d in done { failed(d.id, error) }
+            return nil
+        }
+        for d in done { records[d.id] = nil }
+        deletedFiles += done.count
+        onDeleted?(done)
+        notifyWaiters()
         return nil
     }
 
@@ -901,6 +1006,10 @@ public struct QueueStatus: Codable, Sendable, Equatable {
     public var failedAttempts: Int?
     /// `stowfs pause`: nothing is sent until `stowfs resume` (absent: not paused).
     public var paused: Bool?
+    /// Of `files`, the deletes (unlinks) still owed to the server; and the deletes done since the
+    /// mount started (absent: none).
+    public var deletions: Int? = nil
+    public var deletedFiles: Int? = nil
     public var items: [Item]
 }
 

@@ -1,0 +1,94 @@
+import StorageClient
+import Synchronization
+import StorageProtocol
+
+/// Deletes owed to the server. An unlink of a file's last name is written to the journal (one
+/// synced commit, like a close) and sent by the queue, many in one round, in line with the
+/// uploads of the same path; it returns without waiting for the server (`rm -rf` of a folder of
+/// 100,000 files paid a server transaction per file). Until the server has done it, and for
+/// listings and lookups that began before it did, the file's server record is hidden here.
+///
+/// What is done on the server at once, and would meet the file still there, first waits for the
+/// deletes at (or under) its paths: `rename` (both sides), `rmdir`, `mkdir`, `symlink`/`mknod`,
+/// `link`, and an exclusive create the server decides.
+extension StowFileSystem {
+    struct OwedDelete: Sendable {
+        var id: Int64
+        var location: Location
+        /// When the server did it (nil: not yet).
+        var doneAt: ContinuousClock.Instant?
+
+        /// Whether a record of the deleted file, observed at `observedAt`, is out of date: the delete
+        /// is still owed, or was done after the record was asked for.
+        func hides(observedAt: ContinuousClock.Instant) -> Bool {
+            guard let doneAt else { return true }
+            return doneAt >= observedAt
+        }
+    }
+
+    /// How long a done delete still hides records asked for before it.
+    static let doneDeleteKept: Duration = .seconds(60)
+
+    static func noteDeleteOwed(_ s: inout State, id: Int64, location: Location, _ deletion: UploadJournal.Deletion) {
+        if s.owedDeletes[deletion.remoteIno]?.doneAt == nil && s.owedDeletes[deletion.remoteIno] != nil { s.deletesPending -= 1 }
+        s.owedDeletes[deletion.remoteIno] = OwedDelete(id: id, location: location, doneAt: nil)
+        s.deletesPending += 1
+    }
+
+    /// Whether `r`, from the server, is a file this mount deleted (the server has not, or had not
+    /// when `observedAt`).
+    func deletedHere(_ s: State, _ r: FileRecord, observedAt: ContinuousClock.Instant) -> Bool {
+        guard !s.owedDeletes.isEmpty, let d = s.owedDeletes[r.inode] else { return false }
+        return d.hides(observedAt: observedAt)
+    }
+
+    /// The queue's report: these deletes are done on the server.
+    func deletesDone(_ done: [UploadQueue.Deleted]) {
+        let now = ContinuousClock.now
+        state.withLock { s in
+            for d in done {
+                guard var owed = s.owedDeletes[d.deletion.remoteIno], owed.id == d.id, owed.doneAt == nil else { continue }
+                owed.doneAt = now
+                s.owedDeletes[d.deletion.remoteIno] = owed
+                s.deletesPending -= 1
+            }
+            if s.owedDeletes.count > 2 * s.deletesPending + 1024 {
+                let old = now - Self.doneDeleteKept
+                s.owedDeletes = s.owedDeletes.filter { $0.value.doneAt.map { $0 > old } ?? true }
+            }
+        }
+    }
+
+    /// A delete the queue will not send (`stowfs discard` of a refused one): the file shows again.
+    func deleteDropped(id: Int64) {
+        state.withLock { s in
+            guard let (ino, owed) = s.owedDeletes.first(where: { $0.value.id == id }) else { return }
+            s.owedDeletes[ino] = nil
+            if owed.doneAt == nil { s.deletesPending -= 1 }
+        }
+    }
+
+    /// Queues the delete of the server's file `remoteIno` at `location` (the last name of a file
+    /// was unlinked). Returns when the journal holds it.
+    func queueDelete(_ location: Location, remoteIno: UInt64) throws(FSError) {
+        let deletion = UploadJournal.Deletion(remoteIno: remoteIno, ifMatch: nil)
+        let id: Int64
+        do {
+            id = try queue.enqueueDeletion(location: location, deletion)
+        } catch {
+            throw FSError.from(error)
+        }
+        state.withLock { s in Self.noteDeleteOwed(&s, id: id, location: location, deletion) }
+    }
+
+    /// Waits until the deletes owed at `location` (and, with `under`, below it) are done on the
+    /// server; EIO if it refused one, or did not answer within `uploadWaitLimit`.
+    func settleDeletes(at location: Location, under: Bool = false) async throws(FSError) {
+        let ids: [Int64] = state.withLock { s in
+            guard s.deletesPending > 0 else { return [] }
+            return s.owedDeletes.values.filter { d in d.doneAt == nil && (under ? d.location.isWithin(location) : d.location == location) }.map(\.id)
+        }
+        if ids.isEmpty { return }
+        try await waitForUploads(Set(ids))
+    }
+}

@@ -1,0 +1,195 @@
+import Foundation
+import StorageClient
+import StorageProtocol
+@testable import StowFS
+import Testing
+
+/// An unlink is journaled and its delete sent by the queue (StowFileSystem+Deletes.swift): these
+/// hold the deletes back (the store refuses them as unreachable) to look at the state in between.
+@Suite("engine: deletes owed to the server")
+struct DeleteTests {
+    static func gone(_ h: Harness, _ path: String) async -> Bool {
+        do {
+            _ = try await h.storedRecord(path)
+            return false
+        } catch let e as StorageError where e.kind == .notFound {
+            return true
+        } catch {
+            return false
+        }
+    }
+
+    @Test("an unlink returns before the server deletes; until it does, listings and lookups do not bring the file back")
+    func hiddenUntilDone() async throws {
+        let faulty = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))
+        // Listings expire at once: every readdir and lookup below asks the server.
+        try await withEngine(store: faulty, configure: { $0.attributeTTL = .milliseconds(1) }) { h in
+            try await h.write("f", "kept?")
+            try await h.write("g", "stays")
+            await h.fs.sync()
+            faulty.failAfter(0, of: .delete)
+            try await h.unlink("f")
+            #expect(try await h.storedRecord("f").size == 5, "the server still has it")
+            try await Task.sleep(for: .milliseconds(20))
+            #expect(try await h.names("") == ["g"])
+            await expectFS(.notFound) { _ = try await h.resolve("f") }
+            let queue = await h.fs.status().queue
+            #expect(queue.deletions == 1)
+            #expect(queue.items.contains { $0.path.hasSuffix("f") && ["delete", "deleting"].contains($0.state) })
+            faulty.stopFailing(.delete)
+            #expect(await h.fs.sync().isEmpty)
+            #expect(await Self.gone(h, "f"))
+            #expect(try await h.storedRecord("g").size == 5)
+            #expect(try await h.names("") == ["g"])
+            #expect(await h.fs.status().queue.deletions == nil)
+        }
+    }
+
+    @Test("rm b; mv a b with a's content equal to b's: the delete of the old b lands before the rename, not on it")
+    func renameOverDeleted() async throws {
+        let faulty = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))
+        try await withEngine(store: faulty) { h in
+            try await h.write("a", "same")
+            try await h.write("b", "same")
+            await h.fs.sync()
+            faulty.failAfter(0, of: .delete)
+            try await h.unlink("b")
+            let renaming = Task { try await h.rename("a", "b") }
+            try await Task.sleep(for: .milliseconds(300))
+            faulty.stopFailing(.delete)
+            try await renaming.value
+            #expect(await h.fs.sync().isEmpty)
+            #expect(try await h.stored("b") == "same")
+            #expect(await Self.gone(h, "a"))
+            #expect(try await h.names("") == ["b"])
+        }
+    }
+
+    @Test("rm of a folder's files then rmdir: the folder goes once the server has done the deletes")
+    func rmdirWaitsForDeletes() async throws {
+        let faulty = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))
+        try await withEngine(store: faulty) { h in
+            try await h.mkdir("d")
+            for i in 0..<20 { try await h.write("d/f\(i)", "\(i)") }
+            await h.fs.sync()
+            faulty.failAfter(0, of: .delete)
+            for i in 0..<20 { try await h.unlink("d/f\(i)") }
+            #expect(try await h.names("d") == [])
+            let (parent, name) = try await h.parentAndName("d")
+            let removing = Task { try await h.fs.rmdir(parent: parent, name: name) }
+            try await Task.sleep(for: .milliseconds(300))
+            faulty.stopFailing(.delete)
+            try await removing.value
+            #expect(await Self.gone(h, "d"))
+            #expect(try await h.names("") == [])
+        }
+    }
+
+    @Test("rm f, then a new f: the new one is stored after the delete, not deleted by it")
+    func recreatedAfterDelete() async throws {
+        let faulty = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))
+        try await withEngine(store: faulty) { h in
+            try await h.write("f", "old")
+            await h.fs.sync()
+            faulty.failAfter(0, of: .delete)
+            try await h.unlink("f")
+            try await h.write("f", "new")
+            #expect(try await h.text("f") == "new")
+            try await Task.sleep(for: .milliseconds(200))
+            #expect(try await h.stored("f") == "old", "the new file waits behind the delete")
+            faulty.stopFailing(.delete)
+            #expect(await h.fs.sync().isEmpty)
+            #expect(try await h.stored("f") == "new")
+            // And once more, the delete of a file whose upload is still owed.
+            try await h.write("f", "newer")
+            try await h.unlink("f")
+            #expect(await h.fs.sync().isEmpty)
+            #expect(await Self.gone(h, "f"))
+        }
+    }
+
+    @Test("an exclusive create, mkdir and symlink at a name whose delete is on its way wait for it, then succeed")
+    func namesTakenAgain() async throws {
+        let faulty = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))
+        try await withEngine(store: faulty) { h in
+            for n in ["x", "y", "z"] { try await h.write(n, n) }
+            await h.fs.sync()
+            faulty.failAfter(0, of: .delete)
+            for n in ["x", "y", "z"] { try await h.unlink(n) }
+            let making = Task {
+                _ = try await h.fs.createExclusive(parent: .root, name: "x", mode: 0o644, caller: .root)
+                _ = try await h.fs.mkdir(parent: .root, name: "y", mode: 0o755, caller: .root)
+                _ = try await h.fs.symlink(target: "x", parent: .root, name: "z", caller: .root)
+            }
+            try await Task.sleep(for: .milliseconds(300))
+            faulty.stopFailing(.delete)
+            try await making.value
+            #expect(await h.fs.sync().isEmpty)
+            #expect(try await h.storedRecord("x").size == 0)
+            #expect(try await h.storedRecord("y").kind == .directory)
+            #expect(try await h.storedRecord("z").kind == .symlink)
+        }
+    }
+
+    @Test("`stowfs pause` holds uploads, not deletes")
+    func deletesGoWhilePaused() async throws {
+        try await withEngine { h in
+            try await h.write("f", "x")
+            await h.fs.sync()
+            await h.fs.pauseUploads()
+            try await h.write("g", "queued")
+            try await h.unlink("f")
+            for _ in 0..<100 where !(await Self.gone(h, "f")) { try await Task.sleep(for: .milliseconds(20)) }
+            #expect(await Self.gone(h, "f"))
+            #expect(await Self.gone(h, "g"), "paused: not sent")
+            await h.fs.resumeUploads()
+            #expect(await h.fs.sync().isEmpty)
+            #expect(try await h.stored("g") == "queued")
+        }
+    }
+
+    @Test("a delete in the journal when the mount stopped: the next mount hides the file, then sends it")
+    func keptAcrossMounts() async throws {
+        let faulty = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))
+        let first = try await Harness.make(store: faulty, configure: { $0.attributeTTL = .milliseconds(1) })
+        try await first.write("f", "deleted while away")
+        try await first.write("g", "stays")
+        await first.fs.sync()
+        faulty.failAfter(0, of: .delete)
+        try await first.unlink("f")
+        await first.close(keepCache: true)
+        let second = try await Harness.make(store: faulty, cacheDirectory: first.cacheDirectory, configure: { $0.attributeTTL = .milliseconds(1) })
+        do {
+            #expect(try await second.storedRecord("f").size == 18, "not sent yet")
+            #expect(try await second.names("") == ["g"])
+            await expectFS(.notFound) { _ = try await second.resolve("f") }
+            faulty.stopFailing(.delete)
+            #expect(await second.fs.sync().isEmpty)
+            #expect(await Self.gone(second, "f"))
+            #expect(try await second.names("") == ["g"])
+        } catch {
+            await second.close()
+            throw error
+        }
+        await second.close()
+    }
+
+    @Test("a delete the server refuses stays owed and is reported; `discard` drops it and the file shows again")
+    func refusedDelete() async throws {
+        let faulty = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))
+        try await withEngine(store: faulty, configure: { $0.attributeTTL = .milliseconds(1); $0.negativeTTL = .milliseconds(1) }) { h in
+            try await h.write("f", "protected")
+            await h.fs.sync()
+            // Refused on the first attempt and on the one `sync` makes again.
+            faulty.failNext(5, of: .delete, with: StorageError(.forbidden, "no delete for this token", status: 403))
+            try await h.unlink("f")
+            let failures = await h.fs.sync()
+            #expect(failures.map(\.path) == ["test/f"], "\(failures)")
+            #expect(try await h.names("") == [])
+            #expect(try await h.fs.discard(paths: ["f"]).count == 1)
+            try await Task.sleep(for: .milliseconds(20))
+            #expect(try await h.names("") == ["f"])
+            #expect(try await h.text("f") == "protected")
+        }
+    }
+}
