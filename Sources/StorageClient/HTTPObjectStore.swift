@@ -558,6 +558,47 @@ public final class HTTPObjectStore: ObjectStore {
 
     static let batchDeclarationLimit = 512 << 10
 
+    /// One POST to `…/delete/batch` (split in two while its JSON passes 512 KiB); against a server
+    /// without it (404/405), DELETEs a few at a time, and the client remembers.
+    public func deleteFiles(_ ns: Namespace, _ files: [(path: StoragePath, ifMatch: String?)]) async -> [Result<Void, StorageError>] {
+        if files.isEmpty { return [] }
+        if missingRoutes.withLock({ $0.contains("delete-batch") }) { return await deleteConcurrently(ns, files, width: 8) }
+        let json = WireJSON.encode(BatchDelete.Request(files: files.map { BatchDelete.Item(path: $0.path.string, ifMatch: $0.ifMatch) }))
+        if json.count > Self.batchDeclarationLimit && files.count > 1 {
+            let half = files.count / 2
+            return await deleteFiles(ns, Array(files[..<half])) + deleteFiles(ns, Array(files[half...]))
+        }
+        func all(_ error: StorageError) -> [Result<Void, StorageError>] { Array(repeating: .failure(error), count: files.count) }
+        let answer: Answer
+        do {
+            // Retried as a whole: a delete done by a try whose answer was lost is a 404 the next time (done).
+            answer = try await execute(makeRequest(.POST, url(Routes.batchDelete(ns)), body: ByteBuffer(data: json), headers: [("Content-Type", "application/json")]))
+        } catch let e as StorageError {
+            return all(e)
+        } catch {
+            return all(StorageError(.cancelled, "\(error)"))
+        }
+        if Self.mayBeMissingRoute(answer) {
+            // An older server, or a namespace that does not exist: one by one tells which.
+            let results = await deleteConcurrently(ns, files, width: 8)
+            if results.contains(where: { if case .failure(let e) = $0 { return e.kind != .notFound }; return true }) {
+                missingRoutes.withLock { _ = $0.insert("delete-batch") }
+            }
+            return results
+        }
+        do {
+            let response = try decode(BatchDelete.Response.self, answer, expect: [200])
+            guard response.results.count == files.count else {
+                return all(StorageError(.protocolViolation, "the batch answer has \(response.results.count) results for \(files.count) deletes", status: answer.status))
+            }
+            return response.results.map { r in r.status == 204 ? .success(()) : .failure(StorageError.from(status: r.status, body: r.error)) }
+        } catch let e as StorageError {
+            return all(e)
+        } catch {
+            return all(StorageError(.protocolViolation, "\(error)"))
+        }
+    }
+
     /// The first `size` bytes of a (small) file, read at once: no thread-pool hop for a few KiB.
     static func readWhole(_ path: String, size: Int64) throws -> ByteBuffer {
         let fd = open(path, O_RDONLY | O_CLOEXEC)

@@ -13,6 +13,8 @@ public enum Routes {
     public static let directUploadHeader = "Stow-Upload"
     /// Several small files in one request and one transaction (a StowFS extension); see `BatchUpload`.
     public static func batchUpload(_ ns: Namespace) -> String { "\(prefix)/v2.0/namespaces/\(ns)/upload/batch" }
+    /// Several deletes in one request and one transaction (a StowFS extension); see `BatchDelete`.
+    public static func batchDelete(_ ns: Namespace) -> String { "\(prefix)/v2.0/namespaces/\(ns)/delete/batch" }
     /// Presigned part URLs of a direct upload (a server whose blobs are in S3).
     public static func uploadParts(_ ns: Namespace) -> String { "\(prefix)/v2.0/namespaces/\(ns)/upload/parts" }
     public static func completeUploadV1(_ ns: Namespace) -> String { "\(prefix)/v1.0/namespaces/\(ns)/upload/complete/" }

@@ -10,6 +10,34 @@ import StorageProtocol
 extension StowService {
     func addBatchRoutes(to router: Router<BasicRequestContext>) {
         router.post("\(Routes.prefix)/v2.0/namespaces/:ns/upload/batch") { req, ctx in try await self.batch(req, ctx) }
+        router.post("\(Routes.prefix)/v2.0/namespaces/:ns/delete/batch") { req, ctx in try await self.batchDelete(req, ctx) }
+    }
+
+    /// `POST …/delete/batch`: each file deleted or refused on its own, in one transaction.
+    func batchDelete(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        let ns = try namespace(context)
+        try authorize(request, ns.name, .write)
+        let files = try await decode(BatchDelete.Request.self, from: request).files
+        guard (1...BatchDelete.maxFiles).contains(files.count) else { throw APIError.badRequest("a batch deletes 1 to \(BatchDelete.maxFiles) files") }
+        var results = [BatchDelete.Result](repeating: BatchDelete.Result(status: 204), count: files.count)
+        var valid: [(index: Int, path: StoragePath, ifMatch: String?)] = []
+        for (i, f) in files.enumerated() {
+            do {
+                valid.append((i, try StoragePath(f.path), f.ifMatch))
+            } catch {
+                results[i] = Self.deleteRefusal(error)
+            }
+        }
+        let outcomes = try await store.removeFiles(ns, valid.map { (path: $0.path, ifMatch: $0.ifMatch) })
+        for (item, outcome) in zip(valid, outcomes) {
+            if case .failure(let error) = outcome { results[item.index] = Self.deleteRefusal(error) }
+        }
+        return json(BatchDelete.Response(results: results))
+    }
+
+    static func deleteRefusal(_ error: any Error) -> BatchDelete.Result {
+        let api = APIError.from(error)
+        return BatchDelete.Result(status: Int(api.status.code), error: ErrorBody(message: api.message, code: api.code))
     }
 
     /// Each file is checked and stored on its own; those small enough to live in the database are

@@ -44,6 +44,9 @@ public protocol MetadataStore: StagingLedger, ChangeFeed, LockLedger {
     func makeFolder(_ ns: Namespace, _ path: StoragePath, attributes: NewNodeAttributes, parents: Bool, existOk: Bool) async throws -> Node
     func removeFolder(_ ns: Namespace, _ path: StoragePath) async throws
     func removeFile(_ ns: Namespace, _ path: StoragePath, ifMatch: String?) async throws
+    /// `removeFile` for each, in order, each done or refused on its own (`BatchDelete`); in one
+    /// transaction where the store can. The default removes them one by one.
+    func removeFiles(_ ns: Namespace, _ files: [(path: StoragePath, ifMatch: String?)]) async throws -> [Result<Void, any Error>]
     func rename(_ ns: Namespace, from: StoragePath, to: StoragePath, replace: Bool, exchange: Bool) async throws -> Node
     func makeNode(_ ns: Namespace, _ path: StoragePath, kind: NodeKind, attributes: NewNodeAttributes, target: String?, rdev: UInt64?) async throws -> Node
     func link(_ ns: Namespace, from: StoragePath, to: StoragePath) async throws -> Node
@@ -91,6 +94,19 @@ public protocol MetadataStore: StagingLedger, ChangeFeed, LockLedger {
 }
 
 extension MetadataStore {
+    public func removeFiles(_ ns: Namespace, _ files: [(path: StoragePath, ifMatch: String?)]) async throws -> [Result<Void, any Error>] {
+        var results: [Result<Void, any Error>] = []
+        for f in files {
+            do {
+                try await removeFile(ns, f.path, ifMatch: f.ifMatch)
+                results.append(.success(()))
+            } catch {
+                results.append(.failure(error))
+            }
+        }
+        return results
+    }
+
     public func prepare() async throws {}
     public func close() async {}
     public func followOtherServers(_ event: @escaping @Sendable (OtherServersEvent) -> Void) async {}

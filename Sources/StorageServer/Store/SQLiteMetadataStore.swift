@@ -358,17 +358,41 @@ public final class SQLiteMetadataStore: MetadataStore {
 
     public func removeFile(_ ns: Namespace, _ path: StoragePath, ifMatch: String?) async throws {
         let grace = blobGraceNs
-        try await write { db in
-            guard !path.isRoot else { throw StoreError.isADirectory(path) }
-            let parent = try Self.resolveFolder(db, ns, path.parent)
-            guard let ino = try Self.lookup(db, parent, path.name) else { throw StoreError.notFound(path) }
-            let inode = try Self.inode(db, ino)
-            guard inode.kind != .directory else { throw StoreError.isADirectory(path) }
-            if let ifMatch, !ETag.matches(ifMatch, inode.etag) {
-                throw StoreError.preconditionFailed("`\(path)` has changed (ETag \(inode.etag))")
+        try await write { db in try Self.removeFile(db, ns, path, ifMatch: ifMatch, now: Timestamp.nowNanoseconds(), graceNs: grace) }
+    }
+
+    /// One transaction (one commit) for the lot; each file in a savepoint of its own.
+    public func removeFiles(_ ns: Namespace, _ files: [(path: StoragePath, ifMatch: String?)]) async throws -> [Result<Void, any Error>] {
+        guard !files.isEmpty else { return [] }
+        let grace = blobGraceNs
+        return try await write { db in
+            let now = Timestamp.nowNanoseconds()
+            var results: [Result<Void, any Error>] = []
+            for f in files {
+                do {
+                    try db.inSavepoint {
+                        try Self.removeFile(db, ns, f.path, ifMatch: f.ifMatch, now: now, graceNs: grace)
+                        return .commit
+                    }
+                    results.append(.success(()))
+                } catch {
+                    results.append(.failure(error))
+                }
             }
-            try Self.removeEntry(db, parent: parent, name: path.name, ino: ino, isDirectory: false, now: Timestamp.nowNanoseconds(), graceNs: grace)
+            return results
         }
+    }
+
+    static func removeFile(_ db: Database, _ ns: Namespace, _ path: StoragePath, ifMatch: String?, now: Int64, graceNs: Int64) throws {
+        guard !path.isRoot else { throw StoreError.isADirectory(path) }
+        let parent = try Self.resolveFolder(db, ns, path.parent)
+        guard let ino = try Self.lookup(db, parent, path.name) else { throw StoreError.notFound(path) }
+        let inode = try Self.inode(db, ino)
+        guard inode.kind != .directory else { throw StoreError.isADirectory(path) }
+        if let ifMatch, !ETag.matches(ifMatch, inode.etag) {
+            throw StoreError.preconditionFailed("`\(path)` has changed (ETag \(inode.etag))")
+        }
+        try Self.removeEntry(db, parent: parent, name: path.name, ino: ino, isDirectory: false, now: now, graceNs: graceNs)
     }
 
     public func rename(_ ns: Namespace, from: StoragePath, to: StoragePath, replace: Bool, exchange: Bool) async throws -> Node {

@@ -51,10 +51,19 @@ extension StowFileSystem {
                 owed.doneAt = now
                 s.owedDeletes[d.deletion.remoteIno] = owed
                 s.deletesPending -= 1
+                s.doneDeletes.append((d.deletion.remoteIno, d.id, now))
             }
-            if s.owedDeletes.count > 2 * s.deletesPending + 1024 {
-                let old = now - Self.doneDeleteKept
-                s.owedDeletes = s.owedDeletes.filter { $0.value.doneAt.map { $0 > old } ?? true }
+            // Those done long enough ago go, oldest first (a filter of the whole map on every
+            // answer made `rm -rf` of thousands of files quadratic).
+            let old = now - Self.doneDeleteKept
+            while s.doneDeletesHead < s.doneDeletes.count, s.doneDeletes[s.doneDeletesHead].at < old {
+                let (ino, id, _) = s.doneDeletes[s.doneDeletesHead]
+                if s.owedDeletes[ino]?.id == id { s.owedDeletes[ino] = nil }
+                s.doneDeletesHead += 1
+            }
+            if s.doneDeletesHead > 1024 && s.doneDeletesHead * 2 > s.doneDeletes.count {
+                s.doneDeletes.removeFirst(s.doneDeletesHead)
+                s.doneDeletesHead = 0
             }
         }
     }

@@ -230,6 +230,10 @@ public final class StowFileSystem: Sendable {
         var owedDeletes: [UInt64: OwedDelete] = [:]
         /// How many of `owedDeletes` the server has not done yet.
         var deletesPending = 0
+        /// The done ones, in the order they were done (from `doneDeletesHead` on): dropped from
+        /// `owedDeletes` once `doneDeleteKept` has passed.
+        var doneDeletes: [(remoteIno: UInt64, id: Int64, at: ContinuousClock.Instant)] = []
+        var doneDeletesHead = 0
         /// Namespaces (the root listing of a `--all` mount), cached.
         var namespaces: [String: UInt64]?
         var namespacesValidUntil: ContinuousClock.Instant = .now
