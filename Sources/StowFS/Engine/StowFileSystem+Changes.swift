@@ -242,16 +242,16 @@ extension StowFileSystem {
                     s.inodes[p]?.directory?.expiredAt = .now
                     s.inodes[p]?.directory?.negative[name] = nil
                     s.inodes[p]?.directory?.madeHere = false
-                    s.inodes[p]?.validUntil = .now
+                    s.inodes[p]?.validUntil = Self.forcedStale
                     if let child = s.inodes[p]?.directory?.children[name], s.inodes[child]?.hasLocalState == false {
-                        s.inodes[child]?.validUntil = .now
+                        s.inodes[child]?.validUntil = Self.forcedStale
                     }
                     add(.entry(parent: p, name: FileName(name)))
                     add(.inode(p))
                 case .inode:
                     if let i = s.byRemote[c.ino], let file = dropCleanCopy(&s, i) { released.append(file) }
                     guard let i = s.byRemote[c.ino], let e = s.inodes[i], !e.hasLocalState else { continue }
-                    s.inodes[i]?.validUntil = .now
+                    s.inodes[i]?.validUntil = Self.forcedStale
                     if e.openHandles > 0, e.kind == .file, !c.removed, !opened.contains(i) { opened.append(i) }
                     if e.directory != nil {
                         s.inodes[i]?.directory?.expire()
@@ -332,7 +332,7 @@ extension StowFileSystem {
                 if let file = dropCleanCopy(&s, ino) { released.append(file) }
             }
             for (ino, e) in s.inodes where !e.hasLocalState {
-                s.inodes[ino]?.validUntil = .now
+                s.inodes[ino]?.validUntil = Self.forcedStale
                 if let dir = e.directory {
                     s.inodes[ino]?.directory?.expire()
                     s.inodes[ino]?.directory?.expiredAt = .now

@@ -361,7 +361,7 @@ extension StowFileSystem {
 
     /// Marks an inode's attributes as expired, so that the next use asks the server.
     func expire(_ ino: InodeNumber) {
-        state.withLock { s in s.inodes[ino]?.validUntil = .now }
+        state.withLock { s in s.inodes[ino]?.validUntil = Self.forcedStale }
     }
 
     /// The content of the version the inode names now, in a new cache file, and its size.
@@ -494,7 +494,7 @@ extension StowFileSystem {
     }
 
     func refreshAfterChange(_ ino: InodeNumber) async throws(FSError) {
-        state.withLock { $0.inodes[ino]?.validUntil = .now }
+        state.withLock { $0.inodes[ino]?.validUntil = Self.forcedStale }
         _ = try await getattr(ino)
     }
 

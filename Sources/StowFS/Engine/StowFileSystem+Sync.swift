@@ -226,7 +226,7 @@ extension StowFileSystem {
             e.olderUploads = []
             e.local = nil
             e.pageCacheETag = nil
-            e.validUntil = .now
+            e.validUntil = Self.forcedStale
             s.inodes[ino] = e
             if let copy { Glibc.unlink(copy) }
             // Never on the server: the file is gone with its changes.

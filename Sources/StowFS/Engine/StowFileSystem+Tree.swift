@@ -106,7 +106,7 @@ extension StowFileSystem {
         if e.kind != .directory && e.attributes.nlink > 1 {
             e.attributes.nlink -= 1
             e.attributes.ctime = .now
-            e.validUntil = .now
+            e.validUntil = Self.forcedStale
             if e.parent == parent && e.name.isSameName(name), let other = otherName(s, of: ino, besides: parent, name) {
                 // Its own name went: another name it has (known in a listed folder) becomes its path.
                 e.parent = other.parent

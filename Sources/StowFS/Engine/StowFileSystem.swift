@@ -384,6 +384,10 @@ public final class StowFileSystem: Sendable {
         }
     }
 
+    /// `validUntil` of an inode expired on purpose (the feed named it, or the mount needs the
+    /// server's answer): unlike one whose TTL ran out, never trusted from a standing listing.
+    static let forcedStale: ContinuousClock.Instant = .now - .seconds(365 * 86_400)
+
     func defaultMode(_ kind: NodeKind) -> UInt32 {
         switch kind {
         case .directory: 0o777 & ~configuration.umask
