@@ -125,6 +125,23 @@ public final class FaultInjectingObjectStore: ObjectStore {
         return try await base.update(ns, path, patch, ifMatch: ifMatch)
     }
     public func delete(_ ns: Namespace, _ path: StoragePath, ifMatch: String?) async throws { try await enter(.delete); try await base.delete(ns, path, ifMatch: ifMatch) }
+    /// Each delete goes through `enter(.delete)` (its faults), then the wrapped store's `deleteFiles`.
+    public func deleteFiles(_ ns: Namespace, _ files: [FileDeletion]) async -> [Result<Void, StorageError>] {
+        var results: [Result<Void, StorageError>] = []
+        for f in files {
+            do {
+                try await enter(.delete)
+            } catch let e as StorageError {
+                results.append(.failure(e))
+                continue
+            } catch {
+                results.append(.failure(StorageError(.cancelled, "\(error)")))
+                continue
+            }
+            results += await base.deleteFiles(ns, [f])
+        }
+        return results
+    }
     public func makeFolder(_ ns: Namespace, _ path: StoragePath, _ request: FolderRequest) async throws -> FileRecord {
         try await enter(.makeFolder)
         return try await base.makeFolder(ns, path, request)

@@ -560,10 +560,10 @@ public final class HTTPObjectStore: ObjectStore {
 
     /// One POST to `…/delete/batch` (split in two while its JSON passes 512 KiB); against a server
     /// without it (404/405), DELETEs a few at a time, and the client remembers.
-    public func deleteFiles(_ ns: Namespace, _ files: [(path: StoragePath, ifMatch: String?)]) async -> [Result<Void, StorageError>] {
+    public func deleteFiles(_ ns: Namespace, _ files: [FileDeletion]) async -> [Result<Void, StorageError>] {
         if files.isEmpty { return [] }
         if missingRoutes.withLock({ $0.contains("delete-batch") }) { return await deleteConcurrently(ns, files, width: 8) }
-        let json = WireJSON.encode(BatchDelete.Request(files: files.map { BatchDelete.Item(path: $0.path.string, ifMatch: $0.ifMatch) }))
+        let json = WireJSON.encode(BatchDelete.Request(files: files.map { BatchDelete.Item(path: $0.path.string, ifMatch: $0.ifMatch, inode: $0.inode) }))
         if json.count > Self.batchDeclarationLimit && files.count > 1 {
             let half = files.count / 2
             return await deleteFiles(ns, Array(files[..<half])) + deleteFiles(ns, Array(files[half...]))

@@ -219,6 +219,25 @@ public actor InMemoryObjectStore: ObjectStore {
         return record(ns, path, ino)
     }
 
+    /// Checks each file's inode too, as stowd's `…/delete/batch` does.
+    public func deleteFiles(_ ns: Namespace, _ files: [FileDeletion]) async -> [Result<Void, StorageError>] {
+        var results: [Result<Void, StorageError>] = []
+        for f in files {
+            do {
+                if let inode = f.inode, try await record(ns, f.path).inode != inode {
+                    throw StorageError(.preconditionFailed, "`\(f.path)` is another file now", status: 412)
+                }
+                try await delete(ns, f.path, ifMatch: f.ifMatch)
+                results.append(.success(()))
+            } catch let e as StorageError {
+                results.append(.failure(e))
+            } catch {
+                results.append(.failure(StorageError(.localIO, "\(error)")))
+            }
+        }
+        return results
+    }
+
     public func delete(_ ns: Namespace, _ path: StoragePath, ifMatch: String?) async throws {
         let parent = try resolveFolder(ns, path.parent)
         guard let ino = entries[parent]?[path.name] else { throw StorageError(.notFound, "`\(path)` does not exist", status: 404) }

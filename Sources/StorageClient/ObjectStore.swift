@@ -26,9 +26,10 @@ public protocol ObjectStore: Sendable {
     func listFolder(_ ns: Namespace, folder: StoragePath, cap: Int?) async throws -> FolderListing
     func update(_ ns: Namespace, _ path: StoragePath, _ patch: FilePatch, ifMatch: String?) async throws -> FileRecord
     func delete(_ ns: Namespace, _ path: StoragePath, ifMatch: String?) async throws
-    /// Several deletes (`delete`, each with its own `ifMatch`): one result per path, in order,
-    /// each done or refused on its own. The default sends them a few at a time.
-    func deleteFiles(_ ns: Namespace, _ files: [(path: StoragePath, ifMatch: String?)]) async -> [Result<Void, StorageError>]
+    /// Several deletes (`delete`, each with its own `ifMatch`; `inode` where the store can check
+    /// it): one result per path, in order, each done or refused on its own. The default sends them
+    /// a few at a time, by path and ETag only.
+    func deleteFiles(_ ns: Namespace, _ files: [FileDeletion]) async -> [Result<Void, StorageError>]
     func makeFolder(_ ns: Namespace, _ path: StoragePath, _ request: FolderRequest) async throws -> FileRecord
     /// Makes a folder and, where the store can in the same request, takes its `names` lease for
     /// lock session `session` (`FolderRequest.namesLease`): the record, and whether the lease is
@@ -148,12 +149,12 @@ extension ObjectStore {
     }
 
     /// Stores without a request for several deletes send them a few at a time.
-    public func deleteFiles(_ ns: Namespace, _ files: [(path: StoragePath, ifMatch: String?)]) async -> [Result<Void, StorageError>] {
+    public func deleteFiles(_ ns: Namespace, _ files: [FileDeletion]) async -> [Result<Void, StorageError>] {
         await deleteConcurrently(ns, files, width: 8)
     }
 
     /// `delete` for each path, up to `width` at once; each result on its own.
-    public func deleteConcurrently(_ ns: Namespace, _ files: [(path: StoragePath, ifMatch: String?)], width: Int) async -> [Result<Void, StorageError>] {
+    public func deleteConcurrently(_ ns: Namespace, _ files: [FileDeletion], width: Int) async -> [Result<Void, StorageError>] {
         var results = [Result<Void, StorageError>](repeating: .success(()), count: files.count)
         await withTaskGroup(of: (Int, Result<Void, StorageError>).self) { group in
             var next = 0

@@ -107,7 +107,7 @@ enum StatusText {
             lines.append(line)
         }
         for item in q.items.prefix(20) {
-            var l = "  \(item.state.padding(toLength: 9, withPad: " ", startingAt: 0)) \(item.path)  \(ByteSize.format(item.size))"
+            var l = "  \(item.state.padding(toLength: 9, withPad: " ", startingAt: 0)) \(item.path)" + (item.delete == true ? "  (delete)" : "  \(ByteSize.format(item.size))")
             if item.state == "uploading" && item.size > 0 { l += String(format: "  %.0f%%", Double(item.sent) * 100 / Double(item.size)) }
             if let e = item.lastError { l += "  (attempt \(item.attempts): \(e))" }
             if let r = item.retryInSeconds { l += String(format: "  retry in %.0fs", r) }

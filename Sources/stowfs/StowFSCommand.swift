@@ -217,7 +217,9 @@ struct Unmount: AsyncParsableCommand {
             let q = kept.value?.status?.queue
             let what = q.map { "\($0.files) file(s), \(ByteSize.format($0.bytes)), stay" } ?? "what was queued stays"
             print("unmounted \(mountpoint); \(what) queued in the cache folder and go at the next mount")
-            for item in q?.items.prefix(20) ?? [] { print("  kept \(item.path)  \(ByteSize.format(item.size))") }
+            for item in q?.items.prefix(20) ?? [] {
+                print(item.delete == true ? "  kept the delete of \(item.path)" : "  kept \(item.path)  \(ByteSize.format(item.size))")
+            }
         } else {
             print("unmounted \(mountpoint)")
         }

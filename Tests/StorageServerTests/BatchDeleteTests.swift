@@ -18,7 +18,7 @@ struct BatchDeleteTests {
         }
     }
 
-    @Test("each file is deleted or refused on its own, as DELETE would answer it: 204, 404, 412, 409 for a folder, 400 for a bad path")
+    @Test("each file is deleted or refused on its own, as DELETE would answer it: 204, 404, 412 (an ETag, or another inode than named), 409 for a folder, 400 for a bad path")
     func eachOnItsOwn() async throws {
         try await withServer { s in
             let keep = try await s.admin.put(Array("kept by its ETag".utf8), "keep")
@@ -26,6 +26,7 @@ struct BatchDeleteTests {
             _ = try await s.admin.put(Array("b".utf8), "b")
             _ = try await s.admin.put(Array("x".utf8), "dir/inside")
             _ = try await s.admin.put(Array("etag".utf8), "e")
+            let c = try await s.admin.put(Array("c".utf8), "c")
             let files: [BatchDelete.Item] = [
                 BatchDelete.Item(path: "a"),
                 BatchDelete.Item(path: "missing"),
@@ -34,13 +35,16 @@ struct BatchDeleteTests {
                 BatchDelete.Item(path: "a/../b"),
                 BatchDelete.Item(path: "e", ifMatch: try await s.admin.record(testNamespace, try StoragePath("e")).etag),
                 BatchDelete.Item(path: "dir/inside"),
+                BatchDelete.Item(path: "b", inode: c.inode),
+                BatchDelete.Item(path: "c", inode: c.inode),
             ]
             let answer = try await s.raw.send(
                 "POST", Routes.batchDelete(testNamespace), headers: [("Content-Type", "application/json")],
                 body: WireJSON.encode(BatchDelete.Request(files: files)))
             #expect(answer.status == 200)
             let response = try JSONDecoder().decode(BatchDelete.Response.self, from: answer.body)
-            #expect(response.results.map(\.status) == [204, 404, 412, 409, 400, 204, 204], "\(response)")
+            #expect(response.results.map(\.status) == [204, 404, 412, 409, 400, 204, 204, 412, 204], "\(response)")
+            #expect(await Self.gone(s, "c"))
             #expect(response.results[1].error?.code != nil)
             #expect(await Self.gone(s, "a"))
             #expect(await Self.gone(s, "e"))
@@ -79,7 +83,7 @@ struct BatchDeleteTests {
                 let files = paths[chunk..<min(chunk + 256, paths.count)].map { (StartUploadRequest(fileName: $0, size: 1), UploadSource.bytes(ByteBuffer(string: "x"))) }
                 for r in try await s.admin.uploadBatch(testNamespace, Array(files)) { _ = try r.get() }
             }
-            let results = await s.admin.deleteFiles(testNamespace, paths.map { (path: try! StoragePath($0), ifMatch: nil) } + [(path: try StoragePath("nope"), ifMatch: nil)])
+            let results = await s.admin.deleteFiles(testNamespace, paths.map { FileDeletion(path: try! StoragePath($0)) } + [FileDeletion(path: try StoragePath("nope"))])
             #expect(results.count == paths.count + 1)
             #expect(results.dropLast().allSatisfy { if case .success = $0 { return true }; return false })
             if case .failure(let e) = results.last! { #expect(e.kind == .notFound) } else { Issue.record("deleted a file that is not there") }
@@ -92,11 +96,11 @@ struct BatchDeleteTests {
             for p in ["o1", "o2", "o3"] { _ = try await s.admin.put(Array(p.utf8), p) }
             let client = s.client(token: TestServer.adminToken)
             defer { Task { try? await client.shutdown() } }
-            let first = await client.deleteFiles(testNamespace, [(path: try StoragePath("o1"), ifMatch: nil), (path: try StoragePath("o2"), ifMatch: nil)])
+            let first = await client.deleteFiles(testNamespace, [FileDeletion(path: try StoragePath("o1")), FileDeletion(path: try StoragePath("o2"))])
             #expect(first.allSatisfy { if case .success = $0 { return true }; return false })
             let notFound = try await BatchTests.answered(s, status: 404)
             #expect(notFound == 1, "the batch route, once")
-            #expect(await client.deleteFiles(testNamespace, [(path: try StoragePath("o3"), ifMatch: nil)]).count == 1)
+            #expect(await client.deleteFiles(testNamespace, [FileDeletion(path: try StoragePath("o3"))]).count == 1)
             #expect(try await BatchTests.answered(s, status: 404) == notFound, "remembered")
             #expect(try await s.server.store.statistics().files == 0)
         }

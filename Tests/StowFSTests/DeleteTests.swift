@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import StorageClient
 import StorageProtocol
 @testable import StowFS
@@ -190,6 +191,84 @@ struct DeleteTests {
             try await Task.sleep(for: .milliseconds(20))
             #expect(try await h.names("") == ["f"])
             #expect(try await h.text("f") == "protected")
+        }
+    }
+
+    // Found by an independent review of the first version (a delete by path alone, a lane shared
+    // with uploads, attributes set through a descriptor of an unlinked file, a discard that left
+    // the listing standing): each failed then.
+
+    @Test("another client's file that took the name before the delete went out is not deleted by it")
+    func anotherFileTookTheName() async throws {
+        let memory = InMemoryObjectStore(namespaces: [ns])
+        let faulty = FaultInjectingObjectStore(wrapping: memory)
+        try await withEngine(store: faulty) { h in
+            try await h.write("f", "mine")
+            await h.fs.sync()
+            faulty.failAfter(0, of: .delete)
+            try await h.unlink("f")
+            let theirs = Array("theirs, written after my rm".utf8)
+            _ = try await memory.uploadDirect(ns, StartUploadRequest(fileName: "f", size: Int64(theirs.count)), from: .bytes(ByteBuffer(bytes: theirs)))
+            faulty.stopFailing(.delete)
+            #expect(await h.fs.sync().isEmpty)
+            #expect(try await h.storedBytes("f") == theirs)
+        }
+    }
+
+    @Test("chmod through a descriptor of a file unlinked here (its delete on the way) does not bring its name back")
+    func attributesOfAnUnlinkedFile() async throws {
+        let faulty = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))
+        try await withEngine(store: faulty, configure: { $0.attributeTTL = .seconds(30); $0.negativeTTL = .milliseconds(1) }) { h in
+            try await h.write("f", "data")
+            await h.fs.sync()
+            let ino = try await h.resolve("f")
+            let handle = try await h.fs.open(ino, write: false, truncate: false).handle
+            faulty.failAfter(0, of: .delete)
+            try await h.unlink("f")
+            _ = try await h.fs.setattr(ino, AttributeChanges(mode: 0o600), handle: handle)
+            #expect(try await h.fs.getattr(ino).mode & 0o777 == 0o600)
+            await expectFS(.notFound) { _ = try await h.resolve("f") }
+            #expect(try await h.names("") == [])
+            faulty.stopFailing(.delete)
+            #expect(await h.fs.sync().isEmpty)
+            #expect(await Self.gone(h, "f"))
+            #expect(try await h.names("") == [])
+            await h.fs.release(ino, handle: handle)
+        }
+    }
+
+    @Test("deletes do not wait for a slot behind slow uploads: rmdir after rm returns while a large file uploads")
+    func deletesBesideUploads() async throws {
+        let faulty = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))
+        try await withEngine(store: faulty, configure: { $0.uploadParallelism = 1; $0.uploadWaitLimit = .seconds(4) }) { h in
+            try await h.mkdir("d")
+            try await h.write("d/old", "x")
+            await h.fs.sync()
+            faulty.setLatency(.seconds(8), for: .startUpload)
+            try await h.write("big", [UInt8](repeating: 7, count: 2 << 20))
+            try await Task.sleep(for: .milliseconds(200))
+            try await h.unlink("d/old")
+            let (parent, name) = try await h.parentAndName("d")
+            try await h.fs.rmdir(parent: parent, name: name)
+            #expect(await Self.gone(h, "d"))
+            faulty.setLatency(.zero, for: .startUpload)
+            #expect(await h.fs.sync().isEmpty)
+        }
+    }
+
+    @Test("a refused delete discarded: the file shows again at once, though the folder's listing would stand")
+    func discardShowsAgain() async throws {
+        let faulty = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))
+        try await withEngine(store: faulty, configure: { $0.attributeTTL = .seconds(30); $0.negativeTTL = .milliseconds(1) }) { h in
+            try await h.write("f", "protected")
+            await h.fs.sync()
+            #expect(try await h.names("") == ["f"])
+            faulty.failNext(5, of: .delete, with: StorageError(.forbidden, "no delete for this token", status: 403))
+            try await h.unlink("f")
+            #expect(await h.fs.sync().count == 1)
+            #expect(try await h.fs.discard(paths: ["f"]).count == 1)
+            #expect(try await h.text("f") == "protected")
+            #expect(try await h.names("") == ["f"])
         }
     }
 }

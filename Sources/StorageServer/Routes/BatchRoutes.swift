@@ -20,15 +20,15 @@ extension StowService {
         let files = try await decode(BatchDelete.Request.self, from: request).files
         guard (1...BatchDelete.maxFiles).contains(files.count) else { throw APIError.badRequest("a batch deletes 1 to \(BatchDelete.maxFiles) files") }
         var results = [BatchDelete.Result](repeating: BatchDelete.Result(status: 204), count: files.count)
-        var valid: [(index: Int, path: StoragePath, ifMatch: String?)] = []
+        var valid: [(index: Int, deletion: FileDeletion)] = []
         for (i, f) in files.enumerated() {
             do {
-                valid.append((i, try StoragePath(f.path), f.ifMatch))
+                valid.append((i, FileDeletion(path: try StoragePath(f.path), ifMatch: f.ifMatch, inode: f.inode)))
             } catch {
                 results[i] = Self.deleteRefusal(error)
             }
         }
-        let outcomes = try await store.removeFiles(ns, valid.map { (path: $0.path, ifMatch: $0.ifMatch) })
+        let outcomes = try await store.removeFiles(ns, valid.map(\.deletion))
         for (item, outcome) in zip(valid, outcomes) {
             if case .failure(let error) = outcome { results[item.index] = Self.deleteRefusal(error) }
         }

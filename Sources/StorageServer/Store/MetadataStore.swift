@@ -44,9 +44,10 @@ public protocol MetadataStore: StagingLedger, ChangeFeed, LockLedger {
     func makeFolder(_ ns: Namespace, _ path: StoragePath, attributes: NewNodeAttributes, parents: Bool, existOk: Bool) async throws -> Node
     func removeFolder(_ ns: Namespace, _ path: StoragePath) async throws
     func removeFile(_ ns: Namespace, _ path: StoragePath, ifMatch: String?) async throws
-    /// `removeFile` for each, in order, each done or refused on its own (`BatchDelete`); in one
-    /// transaction where the store can. The default removes them one by one.
-    func removeFiles(_ ns: Namespace, _ files: [(path: StoragePath, ifMatch: String?)]) async throws -> [Result<Void, any Error>]
+    /// `removeFile` for each, in order, each done or refused on its own (`BatchDelete`; a file
+    /// that is not the server inode `inode` is refused as by a wrong ETag); in one transaction
+    /// where the store can. The default removes them one by one.
+    func removeFiles(_ ns: Namespace, _ files: [FileDeletion]) async throws -> [Result<Void, any Error>]
     func rename(_ ns: Namespace, from: StoragePath, to: StoragePath, replace: Bool, exchange: Bool) async throws -> Node
     func makeNode(_ ns: Namespace, _ path: StoragePath, kind: NodeKind, attributes: NewNodeAttributes, target: String?, rdev: UInt64?) async throws -> Node
     func link(_ ns: Namespace, from: StoragePath, to: StoragePath) async throws -> Node
@@ -94,11 +95,22 @@ public protocol MetadataStore: StagingLedger, ChangeFeed, LockLedger {
 }
 
 extension MetadataStore {
-    public func removeFiles(_ ns: Namespace, _ files: [(path: StoragePath, ifMatch: String?)]) async throws -> [Result<Void, any Error>] {
+    public func removeFiles(_ ns: Namespace, _ files: [FileDeletion]) async throws -> [Result<Void, any Error>] {
         var results: [Result<Void, any Error>] = []
         for f in files {
             do {
-                try await removeFile(ns, f.path, ifMatch: f.ifMatch)
+                var ifMatch = f.ifMatch
+                if let inode = f.inode {
+                    // The inode read, then the delete made conditional on the ETag read with it:
+                    // a file put there in between has another (or is refused as changed).
+                    let found = try await node(ns, f.path)
+                    guard found.inode.ino == inode else { throw StoreError.preconditionFailed("`\(f.path)` is another file now (inode \(found.inode.ino))") }
+                    if let wanted = ifMatch, !ETag.matches(wanted, found.inode.etag) {
+                        throw StoreError.preconditionFailed("`\(f.path)` has changed (ETag \(found.inode.etag))")
+                    }
+                    ifMatch = found.inode.etag
+                }
+                try await removeFile(ns, f.path, ifMatch: ifMatch)
                 results.append(.success(()))
             } catch {
                 results.append(.failure(error))

@@ -362,7 +362,7 @@ public final class SQLiteMetadataStore: MetadataStore {
     }
 
     /// One transaction (one commit) for the lot; each file in a savepoint of its own.
-    public func removeFiles(_ ns: Namespace, _ files: [(path: StoragePath, ifMatch: String?)]) async throws -> [Result<Void, any Error>] {
+    public func removeFiles(_ ns: Namespace, _ files: [FileDeletion]) async throws -> [Result<Void, any Error>] {
         guard !files.isEmpty else { return [] }
         let grace = blobGraceNs
         return try await write { db in
@@ -371,7 +371,7 @@ public final class SQLiteMetadataStore: MetadataStore {
             for f in files {
                 do {
                     try db.inSavepoint {
-                        try Self.removeFile(db, ns, f.path, ifMatch: f.ifMatch, now: now, graceNs: grace)
+                        try Self.removeFile(db, ns, f.path, ifMatch: f.ifMatch, inode: f.inode, now: now, graceNs: grace)
                         return .commit
                     }
                     results.append(.success(()))
@@ -383,10 +383,11 @@ public final class SQLiteMetadataStore: MetadataStore {
         }
     }
 
-    static func removeFile(_ db: Database, _ ns: Namespace, _ path: StoragePath, ifMatch: String?, now: Int64, graceNs: Int64) throws {
+    static func removeFile(_ db: Database, _ ns: Namespace, _ path: StoragePath, ifMatch: String?, inode expected: UInt64? = nil, now: Int64, graceNs: Int64) throws {
         guard !path.isRoot else { throw StoreError.isADirectory(path) }
         let parent = try Self.resolveFolder(db, ns, path.parent)
         guard let ino = try Self.lookup(db, parent, path.name) else { throw StoreError.notFound(path) }
+        if let expected, UInt64(ino) != expected { throw StoreError.preconditionFailed("`\(path)` is another file now (inode \(ino))") }
         let inode = try Self.inode(db, ino)
         guard inode.kind != .directory else { throw StoreError.isADirectory(path) }
         if let ifMatch, !ETag.matches(ifMatch, inode.etag) {

@@ -68,19 +68,50 @@ extension StowFileSystem {
         }
     }
 
-    /// A delete the queue will not send (`stowfs discard` of a refused one): the file shows again.
-    func deleteDropped(id: Int64) {
-        state.withLock { s in
-            guard let (ino, owed) = s.owedDeletes.first(where: { $0.value.id == id }) else { return }
-            s.owedDeletes[ino] = nil
-            if owed.doneAt == nil { s.deletesPending -= 1 }
+    /// A delete the queue will not send (`stowfs discard` of a refused one): the file shows again —
+    /// its folder's listing (and the kernel's) is dropped, to be read from the server again.
+    func deleteDropped(id: Int64, location: Location) async {
+        let folder: InodeNumber? = state.withLock { s in
+            if let (ino, owed) = s.owedDeletes.first(where: { $0.value.id == id }) {
+                s.owedDeletes[ino] = nil
+                if owed.doneAt == nil { s.deletesPending -= 1 }
+            }
+            let parent = Location(namespace: location.namespace, path: location.path.parent)
+            for (ino, e) in s.inodes where e.directory != nil && (try? self.location(s, ino)) == parent {
+                s.inodes[ino]?.directory?.expire()
+                s.inodes[ino]?.directory?.complete = false
+                s.inodes[ino]?.directory?.negative[location.path.name] = nil
+                s.inodes[ino]?.validUntil = Self.forcedStale
+                return ino
+            }
+            return nil
+        }
+        if let folder {
+            notifyKernel([.entry(parent: folder, name: FileName(location.path.name)), .inode(folder)])
+            await kernelBarrier()
         }
     }
 
-    /// Queues the delete of the server's file `remoteIno` at `location` (the last name of a file
-    /// was unlinked). Returns when the journal holds it.
-    func queueDelete(_ location: Location, remoteIno: UInt64) throws(FSError) {
-        let deletion = UploadJournal.Deletion(remoteIno: remoteIno, ifMatch: nil)
+    /// The server's record after a change of `ino`'s attributes (chmod, truncate, xattrs). A file
+    /// unlinked here and still open (its delete on the way) takes the attributes, not its name back.
+    func applyUpdated(_ s: inout State, _ ino: InodeNumber, _ record: FileRecord) {
+        guard let e = s.inodes[ino] else { return }
+        if e.unlinked {
+            var a = attributes(record, ino: ino)
+            a.nlink = 0
+            s.inodes[ino]?.attributes = a
+            return
+        }
+        upsert(&s, record, parent: e.parent, name: e.name)
+    }
+
+    /// Queues the delete of the server's file `remoteIno` (ETag `etag`) at `location` (the last
+    /// name of a file was unlinked). Returns when the journal holds it.
+    func queueDelete(_ location: Location, remoteIno: UInt64, etag: String) throws(FSError) {
+        // Only that file, in the version this mount knew: not one another client put there (a new
+        // file, or new content: the server keeps the inode of a file written over) before the
+        // delete went out. Changes made here to the file meanwhile stay here (`applyUpdated`).
+        let deletion = UploadJournal.Deletion(remoteIno: remoteIno, ifMatch: etag.isEmpty ? nil : etag)
         let id: Int64
         do {
             id = try queue.enqueueDeletion(location: location, deletion)
@@ -93,10 +124,9 @@ extension StowFileSystem {
     /// Waits until the deletes owed at `location` (and, with `under`, below it) are done on the
     /// server; EIO if it refused one, or did not answer within `uploadWaitLimit`.
     func settleDeletes(at location: Location, under: Bool = false) async throws(FSError) {
-        let ids: [Int64] = state.withLock { s in
-            guard s.deletesPending > 0 else { return [] }
-            return s.owedDeletes.values.filter { d in d.doneAt == nil && (under ? d.location.isWithin(location) : d.location == location) }.map(\.id)
-        }
+        guard state.withLock({ $0.deletesPending > 0 }) else { return }
+        // The queue's paths, not the engine's copy: a folder's rename moves the records under it.
+        let ids = await queue.records(under: location).filter { $0.isDeletion && (under || $0.location == location) }.map(\.id)
         if ids.isEmpty { return }
         try await waitForUploads(Set(ids))
     }

@@ -193,7 +193,7 @@ extension StowFileSystem {
                 if r.isDeletion {
                     // A delete refused: dropped, the file shows again as the server has it.
                     _ = await queue.cancel(r.id)
-                    deleteDropped(id: r.id)
+                    await deleteDropped(id: r.id, location: r.location)
                 } else if let ino = state.withLock({ $0.uploadOwner[r.id] }) {
                     try await lockedInode(ino) { () async throws(FSError) in try await self.discardLocked(ino) }
                 } else {

@@ -136,8 +136,8 @@ extension StowFileSystem {
     }
 
     private func unlinkLocked(parent: InodeNumber, name: String, ino: InodeNumber) async throws(FSError) {
-        let (location, owed, remoteIno, lastName, remaining) = try state.withLock {
-            (s: inout State) throws(FSError) -> (Location, [Int64], UInt64?, Bool, Location?) in
+        let (location, owed, remote, lastName, remaining) = try state.withLock {
+            (s: inout State) throws(FSError) -> (Location, [Int64], RemoteInfo?, Bool, Location?) in
             var e = try inode(s, ino)
             guard e.kind != .directory else { throw FSError.isADirectory }
             if e.local?.stream != nil {
@@ -150,9 +150,10 @@ extension StowFileSystem {
             // search walks every listed folder (done for every unlink, it made `rm -rf` of a folder
             // of 100,000 files quadratic).
             let other = e.attributes.nlink <= 1 ? nil : otherName(s, of: ino, besides: parent, name).flatMap { o in try? child(try self.location(s, o.parent), o.name) }
-            return (try child(try self.location(s, parent), name), e.owedUploads + (e.local?.heldUpload.map { [$0] } ?? []), e.remote?.ino, e.attributes.nlink <= 1, other)
+            return (try child(try self.location(s, parent), name), e.owedUploads + (e.local?.heldUpload.map { [$0] } ?? []), e.remote, e.attributes.nlink <= 1, other)
         }
-        var stored = remoteIno
+        // The server's file, as this mount last knew it (its inode, and its ETag).
+        var stored = remote.map { (ino: $0.ino, etag: $0.etag) }
         if lastName {
             // Its content will never be needed on the server: stop what is owed.
             // (The newest that landed had the path last.)
@@ -160,7 +161,7 @@ extension StowFileSystem {
             for id in owed {
                 if let landed = await cancelUpload(id, ino: ino), id > newest {
                     newest = id
-                    stored = landed.inode
+                    stored = (landed.inode, landed.etag)
                 }
             }
         } else if let remaining {
@@ -170,7 +171,7 @@ extension StowFileSystem {
         if let stored, let ns = location.namespace {
             if lastName {
                 // The file goes for good: the delete is queued (journaled), and sent with others.
-                try queueDelete(location, remoteIno: stored)
+                try queueDelete(location, remoteIno: stored.ino, etag: stored.etag)
             } else {
                 // One name of several: the server's link count must be right now (the others stay).
                 do {
@@ -497,20 +498,20 @@ extension StowFileSystem {
     }
 
     private func applyAttributes(_ ino: InodeNumber, _ patch: FilePatch, now: TimeSpec) async throws(FSError) {
-        let (owed, location, local) = try state.withLock { (s: inout State) throws(FSError) -> ([Int64], Location, Bool) in
+        let (owed, location, local, unlinked) = try state.withLock { (s: inout State) throws(FSError) -> ([Int64], Location, Bool, Bool) in
             var e = try inode(s, ino)
             apply(patch, to: &e, now: now)
             s.inodes[ino] = e
-            return (e.owedUploads + (e.local?.heldUpload.map { [$0] } ?? []), try self.location(s, ino), e.hasLocalState)
+            return (e.owedUploads + (e.local?.heldUpload.map { [$0] } ?? []), try self.location(s, ino), e.hasLocalState, e.unlinked)
         }
         if local, try await amendOwed(ino, owed, patch: patch) {
             // Travels with the upload (or right after it, if it started).
+        } else if unlinked {
+            // Unlinked here (still open): its server file is deleted or about to be (and a change
+            // there would make its queued delete, conditional on the ETag, refuse). Kept here.
         } else if let ns = location.namespace, !location.path.isRoot {
             let record = try await remote { try await store.update(ns, location.path, patch, ifMatch: nil) }
-            state.withLock { s in
-                guard let e = s.inodes[ino] else { return }
-                upsert(&s, record, parent: e.parent, name: e.name)
-            }
+            state.withLock { s in applyUpdated(&s, ino, record) }
         }
     }
 
@@ -558,14 +559,21 @@ extension StowFileSystem {
             try await submit(ino, onlyIfClosed: true)
             return
         }
-        let (location, current) = try state.withLock { (s: inout State) throws(FSError) -> (Location, UInt64) in
-            (try self.location(s, ino), try inode(s, ino).attributes.size)
+        let (location, current, unlinked) = try state.withLock { (s: inout State) throws(FSError) -> (Location, UInt64, Bool) in
+            let e = try inode(s, ino)
+            return (try self.location(s, ino), e.attributes.size, e.unlinked)
         }
         guard UInt64(size) != current, let ns = location.namespace else { return }
-        let record = try await remote { try await store.update(ns, location.path, FilePatch(size: size), ifMatch: nil) }
-        state.withLock { s in
-            guard let e = s.inodes[ino] else { return }
-            upsert(&s, record, parent: e.parent, name: e.name)
+        if unlinked {
+            // As for its attributes (`applyAttributes`): kept here.
+            state.withLock { s in
+                s.inodes[ino]?.attributes.size = UInt64(size)
+                s.inodes[ino]?.attributes.mtime = .now
+                s.inodes[ino]?.attributes.ctime = .now
+            }
+            return
         }
+        let record = try await remote { try await store.update(ns, location.path, FilePatch(size: size), ifMatch: nil) }
+        state.withLock { s in applyUpdated(&s, ino, record) }
     }
 }

@@ -147,12 +147,11 @@ extension StowFileSystem {
             return (e.owedUploads + (e.local?.heldUpload.map { [$0] } ?? []), try self.location(s, ino), e.hasLocalState)
         }
         if local, try await amendOwed(ino, owed, patch: patch) { return }
+        // Unlinked here (still open): kept here, as its attributes are (`applyAttributes`).
+        if state.withLock({ $0.inodes[ino]?.unlinked == true }) { return }
         guard let ns = location.namespace, !location.path.isRoot else { throw FSError.notSupported }
         let record = try await remote { try await store.update(ns, location.path, patch, ifMatch: nil) }
-        state.withLock { s in
-            guard let e = s.inodes[ino] else { return }
-            upsert(&s, record, parent: e.parent, name: e.name)
-        }
+        state.withLock { s in applyUpdated(&s, ino, record) }
     }
 
     /// pending (owed, waiting), uploading (being sent), failed (refused, kept and retried), stored.

@@ -91,6 +91,7 @@ public actor UploadQueue {
             case .held(let r):
                 table[r.id] = r
                 noteInserted(r.id)
+                if r.isDeletion { deletionOrder.append(r.id) }
             case .heldChanged(let id, let size, let params):
                 guard var r = table[id], r.state == .held else { continue }
                 r.size = size
@@ -143,6 +144,8 @@ public actor UploadQueue {
     private var slots = 0
     private var smallSlots = 0
     private var deletionSlots = 0
+    /// The ids of delete records, ascending (ids gone from `table` are skipped, and dropped when they pile up).
+    private var deletionOrder: [Int64] = []
 
     func markCompleting(_ id: Int64) { completing.insert(id) }
     private var waiters: [(key: Int, ids: Set<Int64>, continuation: CheckedContinuation<Void, Never>)] = []
@@ -169,6 +172,7 @@ public actor UploadQueue {
         self.logger = logger
         // Local copies whose bytes the journal kept (never fsynced) are made whole again first.
         try journal.restoreContents()
+        var deletions: [Int64] = []
         for var r in try journal.all() {
             // Held records belonged to files open when the last mount ended: their last flushed
             // content is what close(2) promised, so it goes now.
@@ -178,8 +182,10 @@ public actor UploadQueue {
                 try? journal.update(r)
             }
             table[r.id] = r
+            if r.isDeletion { deletions.append(r.id) }
         }
         order = table.keys.sorted()
+        deletionOrder = deletions.sorted()
     }
 
     /// The uploads the journal holds on start-up, for the engine to show as pending files.
@@ -584,7 +590,7 @@ public actor UploadQueue {
                 id: r.id, path: r.location.description, size: r.size, sent: running[r.id] != nil ? progress.sent(r.id) : 0,
                 state: r.isDeletion ? (running[r.id] != nil ? "deleting" : r.state == .failed ? "failed" : "delete") : running[r.id] != nil ? "uploading" : r.state.rawValue,
                 attempts: r.attempts, lastError: r.lastError,
-                retryInSeconds: r.nextAttempt > now ? Double(r.nextAttempt - now) / 1000 : nil)
+                retryInSeconds: r.nextAttempt > now ? Double(r.nextAttempt - now) / 1000 : nil, delete: r.isDeletion ? true : nil)
         }
         return QueueStatus(
             files: records.count, bytes: bytes, bytesSent: sent, uploading: uploading, failed: failed, uploadedFiles: uploadedFiles,
@@ -615,26 +621,16 @@ public actor UploadQueue {
             let task = Task { ids.count == 1 ? await self.run(ids[0], small: true) : await self.runBatch(ids, ns: ns) }
             for id in ids { running[id] = task }
         }
-        // Deletes picked this round, of one namespace: sent together.
-        var deletions: [Int64] = []
-        var deletionNamespace: Namespace?
-        func sendDeletions() {
-            guard !deletions.isEmpty else { return }
-            let ids = deletions, ns = deletionNamespace!
-            deletions = []
-            deletionNamespace = nil
-            slots += 1
-            deletionSlots += 1
-            let task = Task { await self.runDeletions(ids, ns: ns) }
-            for id in ids { running[id] = task }
-        }
         var blockedSmall = 0
         absorbInbox()
+        // Deletes go in a lane of their own, beside the uploads' slots: `rmdir`, `rename` and
+        // `mkdir` wait for them, and behind a queue of large files they waited past the wait limit.
+        scheduleDeletions(now: now, busyLocations: busyLocations, nextDue: &nextDue)
         // Paused (`stowfs pause`): only deletes go.
-        if suspended && deletionSlots > 0 { return .seconds(3600) }
+        if suspended { return nextDue == .max ? .seconds(3600) : .milliseconds(max(1, nextDue - now)) }
         for id in orderedIDs() {
             guard let r = table[id] else { continue }
-            guard slots < parallelism || !batch.isEmpty || !deletions.isEmpty else { break }
+            guard slots < parallelism || !batch.isEmpty else { break }
             // Small files that cannot go this round (the request for small files is busy): past a
             // few thousand of them the rest of the queue waits for the next round, which that
             // request's answer starts. A round then costs the same with 100 files queued or 100,000.
@@ -653,16 +649,8 @@ public actor UploadQueue {
                 continue
             }
             let id = r.id
-            if r.isDeletion, let ns = r.location.namespace {
-                // A delete: into this round's request of deletes, if one may go now.
-                guard deletionSlots == 0, deletions.isEmpty ? slots < parallelism : deletionNamespace == ns else { continue }
-                deletions.append(id)
-                deletionNamespace = ns
-                if deletions.count == Self.deletionBatchMax { sendDeletions() }
-                continue
-            }
-            // Paused: uploads wait (still in line: a delete of their path waits behind them).
-            if suspended { continue }
+            // A delete holds its path (younger uploads of it wait, above); it goes in its own lane.
+            if r.isDeletion { continue }
             if r.session == nil, r.size <= min(Self.batchFileLimit, chunkSize), let ns = r.location.namespace {
                 // A small file: into this round's batch, if a request for small files may go now.
                 guard smallSlots < Self.smallRequestsInFlight, batch.isEmpty ? slots < parallelism : batchNamespace == ns else {
@@ -679,14 +667,48 @@ public actor UploadQueue {
             slots += 1
             running[id] = Task { await self.run(id, small: false) }
         }
-        sendDeletions()
-        if suspended { return nextDue == .max ? .seconds(3600) : .milliseconds(max(1, nextDue - now)) }
         if !batch.isEmpty, batch.count < Self.batchLingerFiles, now < batchOldest + Self.batchLinger, waiters.isEmpty {
             nextDue = min(nextDue, batchOldest + Self.batchLinger)
             return .milliseconds(max(1, nextDue - now))
         }
         sendBatch()
         return nextDue == .max ? .seconds(3600) : .milliseconds(max(1, nextDue - now))
+    }
+
+    /// Starts a request of deletes if none is in flight: the oldest due, of one namespace, up to
+    /// `deletionBatchMax`. Not counted in `slots`. A delete is queued only once the uploads its
+    /// file owed were cancelled (`unlink`), so no older upload of its path waits in the line; one
+    /// running is waited for (`busyLocations`).
+    private func scheduleDeletions(now: Int64, busyLocations: Set<Location>, nextDue: inout Int64) {
+        guard deletionSlots == 0, !deletionOrder.isEmpty else { return }
+        var picked: [Int64] = []
+        var namespace: Namespace?
+        var dead = 0, looked = 0
+        for id in deletionOrder {
+            guard let r = table[id], r.isDeletion else {
+                dead += 1
+                continue
+            }
+            looked += 1
+            if looked > Self.scanLookahead || picked.count == Self.deletionBatchMax { break }
+            guard running[id] == nil, !cancelling.contains(id), !busyLocations.contains(r.location), let ns = r.location.namespace else { continue }
+            if r.nextAttempt > now {
+                nextDue = min(nextDue, r.nextAttempt)
+                continue
+            }
+            if let namespace, namespace != ns { continue }
+            namespace = ns
+            picked.append(id)
+        }
+        if dead > 1024 && dead * 2 > deletionOrder.count { deletionOrder.removeAll { table[$0]?.isDeletion != true } }
+        guard let ns = namespace, !picked.isEmpty else { return }
+        deletionSlots += 1
+        let task = Task { await self.runDeletions(picked, ns: ns) }
+        for id in picked {
+            running[id] = task
+            // Let finish, never cut off: a pause or a cancel of one of them must not stop the lot.
+            completing.insert(id)
+        }
     }
 
     /// Fixes a record's start: changes made before it go with it (not written to the journal:
@@ -765,15 +787,17 @@ public actor UploadQueue {
     /// for is true. Other refusals go the way failed uploads go.
     private func runDeletions(_ ids: [Int64], ns: Namespace) async -> FileRecord? {
         defer {
-            for id in ids { running[id] = nil }
-            slots -= 1
+            for id in ids {
+                running[id] = nil
+                completing.remove(id)
+            }
             deletionSlots -= 1
             wake.signal()
         }
         let items = ids.compactMap { id in records[id].flatMap { r in r.deletion.map { (id: id, location: r.location, deletion: $0) } } }
         guard !items.isEmpty else { return nil }
         logger.debug("deletes: \(items.count)")
-        let results = await store.deleteFiles(ns, items.map { (path: $0.location.path, ifMatch: $0.deletion.ifMatch) })
+        let results = await store.deleteFiles(ns, items.map { FileDeletion(path: $0.location.path, ifMatch: $0.deletion.ifMatch, inode: $0.deletion.remoteIno) })
         var done: [Deleted] = []
         for (item, result) in zip(items, results) {
             switch result {
@@ -959,7 +983,7 @@ public actor UploadQueue {
             r.state = .queued
             r.nextAttempt = now + min(60_000, 1000 << min(r.attempts - 1, 6))
         }
-        logger.warning("upload of \(r.location) failed (attempt \(r.attempts)): \(error)")
+        logger.warning("\(r.isDeletion ? "delete" : "upload") of \(r.location) failed (attempt \(r.attempts)): \(error)")
         do {
             try journal.update(r)
         } catch {
@@ -990,6 +1014,8 @@ public struct QueueStatus: Codable, Sendable, Equatable {
         public var attempts: Int
         public var lastError: String?
         public var retryInSeconds: Double?
+        /// A delete (an unlink), not an upload (absent: an upload).
+        public var delete: Bool? = nil
     }
 
     /// Files and bytes still owed to the server.
