@@ -14,7 +14,6 @@ import StorageProtocol
 extension StowFileSystem {
     struct OwedDelete: Sendable {
         var id: Int64
-        var location: Location
         /// When the server did it (nil: not yet).
         var doneAt: ContinuousClock.Instant?
 
@@ -29,16 +28,16 @@ extension StowFileSystem {
     /// How long a done delete still hides records asked for before it.
     static let doneDeleteKept: Duration = .seconds(60)
 
-    static func noteDeleteOwed(_ s: inout State, id: Int64, location: Location, _ deletion: UploadJournal.Deletion) {
-        if s.owedDeletes[deletion.remoteIno]?.doneAt == nil && s.owedDeletes[deletion.remoteIno] != nil { s.deletesPending -= 1 }
-        s.owedDeletes[deletion.remoteIno] = OwedDelete(id: id, location: location, doneAt: nil)
+    static func noteDeleteOwed(_ s: inout State, id: Int64, _ deletion: UploadJournal.Deletion) {
+        if let replaced = s.owedDeletes[deletion.remoteIno], replaced.doneAt == nil { s.deletesPending -= 1 }
+        s.owedDeletes[deletion.remoteIno] = OwedDelete(id: id, doneAt: nil)
         s.deletesPending += 1
     }
 
     /// Whether `r`, from the server, is a file this mount deleted (the server has not, or had not
     /// when `observedAt`).
     func deletedHere(_ s: State, _ r: FileRecord, observedAt: ContinuousClock.Instant) -> Bool {
-        guard !s.owedDeletes.isEmpty, let d = s.owedDeletes[r.inode] else { return false }
+        guard let d = s.owedDeletes[r.inode] else { return false }
         return d.hides(observedAt: observedAt)
     }
 
@@ -118,7 +117,7 @@ extension StowFileSystem {
         } catch {
             throw FSError.from(error)
         }
-        state.withLock { s in Self.noteDeleteOwed(&s, id: id, location: location, deletion) }
+        state.withLock { s in Self.noteDeleteOwed(&s, id: id, deletion) }
     }
 
     /// Waits until the deletes owed at `location` (and, with `under`, below it) are done on the

@@ -285,7 +285,7 @@ public final class StowFileSystem: Sendable {
         let recovered = await queue.recovered
         for r in recovered { s.recovered[r.location] = r }
         let deletions = await queue.deletions
-        for r in deletions { if let d = r.deletion { Self.noteDeleteOwed(&s, id: r.id, location: r.location, d) } }
+        for r in deletions { if let d = r.deletion { Self.noteDeleteOwed(&s, id: r.id, d) } }
         state = Mutex(s)
         if !recovered.isEmpty { logger.info("resuming \(recovered.count) upload(s) left from the last mount") }
         if !deletions.isEmpty { logger.info("resuming \(deletions.count) delete(s) left from the last mount") }

@@ -801,12 +801,10 @@ public actor UploadQueue {
         var done: [Deleted] = []
         for (item, result) in zip(items, results) {
             switch result {
-            case .success:
-                done.append(Deleted(id: item.id, location: item.location, deletion: item.deletion))
-            case .failure(let e) where e.kind == .notFound || e.kind == .preconditionFailed:
-                done.append(Deleted(id: item.id, location: item.location, deletion: item.deletion))
-            case .failure(let e):
+            case .failure(let e) where e.kind != .notFound && e.kind != .preconditionFailed:
                 if !(cancelling.contains(item.id) || stopped) { failed(item.id, e) }
+            default:
+                done.append(Deleted(id: item.id, location: item.location, deletion: item.deletion))
             }
         }
         guard !done.isEmpty else { return nil }
