@@ -413,101 +413,196 @@ public enum WireJSONReading {
         }
         var seen = SeenKeys()
         try r.object { r, key throws(JSONReader.Failure) in
-            switch key {
-            case "_id":
+            switch RecordKey(key) {
+            case .id:
                 try seen.first(0)
                 f.id = try r.string()
-            case "file_name":
+            case .fileName:
                 try seen.first(1)
                 f.fileName = try r.string()
-            case "file_path":
+            case .filePath:
                 try seen.first(2)
                 f.filePath = try r.string()
-            case "content_type":
+            case .contentType:
                 try seen.first(3)
                 f.contentType = try r.string()
-            case "namespace":
+            case .namespace:
                 try seen.first(4)
                 f.namespace = try r.string()
-            case "operation":
+            case .operation:
                 try seen.first(5)
                 f.operation = try r.string()
-            case "size":
+            case .size:
                 try seen.first(6)
                 f.size = try r.int64()
-            case "cdn":
+            case .cdn:
                 try seen.first(7)
                 f.cdnLink = try cdn(&r)
-            case "success":
+            case .success:
                 try seen.first(8)
                 f.success = try r.bool()
-            case "tags":
+            case .tags:
                 try seen.first(9)
                 f.tags = try r.strings()
-            case "created_on":
+            case .createdOn:
                 try seen.first(10)
                 f.createdOn = try r.string()
-            case "modified_on":
+            case .modifiedOn:
                 try seen.first(11)
                 f.modifiedOn = try r.string()
-            case "etag":
+            case .etag:
                 try seen.first(12)
                 f.etag = try r.string()
-            case "sha256":
+            case .sha256:
                 try seen.first(13)
                 f.sha256 = try r.optional { r throws(JSONReader.Failure) in try r.string() }
-            case "metadata":
+            case .metadata:
                 try seen.first(14)
                 f.metadata = try r.stringMap()
-            case "public":
+            case .isPublic:
                 try seen.first(15)
                 f.isPublic = try r.bool()
-            case "kind":
+            case .kind:
                 try seen.first(16)
                 guard let k = NodeKind(rawValue: try r.string()) else { throw JSONReader.Failure() }
                 f.kind = k
-            case "inode":
+            case .inode:
                 try seen.first(17)
                 f.inode = try r.uint64()
-            case "mode":
+            case .mode:
                 try seen.first(18)
                 f.mode = try r.optional { r throws(JSONReader.Failure) in try u32(&r) }
-            case "uid":
+            case .uid:
                 try seen.first(19)
                 f.uid = try r.optional { r throws(JSONReader.Failure) in try u32(&r) }
-            case "gid":
+            case .gid:
                 try seen.first(20)
                 f.gid = try r.optional { r throws(JSONReader.Failure) in try u32(&r) }
-            case "nlink":
+            case .nlink:
                 try seen.first(21)
                 f.nlink = try u32(&r)
-            case "atime_ns":
+            case .atime:
                 try seen.first(22)
                 f.atime = try r.int64()
-            case "mtime_ns":
+            case .mtime:
                 try seen.first(23)
                 f.mtime = try r.int64()
-            case "ctime_ns":
+            case .ctime:
                 try seen.first(24)
                 f.ctime = try r.int64()
-            case "target":
+            case .target:
                 try seen.first(25)
                 f.target = try r.optional { r throws(JSONReader.Failure) in try r.string() }
-            case "rdev":
+            case .rdev:
                 try seen.first(26)
                 f.rdev = try r.optional { r throws(JSONReader.Failure) in try r.uint64() }
-            case "btime_ns":
+            case .btime:
                 try seen.first(28)
                 f.btime = try r.int64()
-            case "upload":
+            case .upload:
                 try seen.first(27)
                 // An upload link (not in listings): JSONDecoder reads those.
                 guard try r.peek() == UInt8(ascii: "n") else { throw JSONReader.Failure() }
                 try r.skipValue()
-            default: try r.skipValue()
+            case nil: try r.skipValue()
             }
         }
         return f
+    }
+}
+
+/// A key of a file record, found by its length and first byte before its bytes are compared (a
+/// record has up to 29 keys, and each was compared with the names one after another). The raw
+/// values are the keys' places in `SeenKeys`.
+enum RecordKey: Int {
+    case id = 0, fileName, filePath, contentType, namespace, operation, size, cdn, success, tags, createdOn, modifiedOn, etag, sha256,
+        metadata, isPublic, kind, inode, mode, uid, gid, nlink, atime, mtime, ctime, target, rdev, upload, btime
+
+    init?(_ key: JSONReader.Key) {
+        guard let raw = key.raw else {
+            // Written with escapes: compared as bytes after all.
+            let bytes = Array(key.string.utf8)
+            guard let k = bytes.withUnsafeBytes({ Self(bytes: $0) }) else { return nil }
+            self = k
+            return
+        }
+        guard let k = Self(bytes: raw) else { return nil }
+        self = k
+    }
+
+    init?(bytes: UnsafeRawBufferPointer) {
+        guard let first = bytes.first else { return nil }
+        func written(_ k: RecordKey) -> Bool {
+            k.name.withUTF8Buffer { n in n.count == bytes.count && memcmp(n.baseAddress!, bytes.baseAddress!, n.count) == 0 }
+        }
+        let k: RecordKey
+        switch (bytes.count, first) {
+        case (3, UInt8(ascii: "_")): k = .id
+        case (3, UInt8(ascii: "c")): k = .cdn
+        case (3, UInt8(ascii: "u")): k = .uid
+        case (3, UInt8(ascii: "g")): k = .gid
+        case (4, UInt8(ascii: "s")): k = .size
+        case (4, UInt8(ascii: "t")): k = .tags
+        case (4, UInt8(ascii: "e")): k = .etag
+        case (4, UInt8(ascii: "k")): k = .kind
+        case (4, UInt8(ascii: "m")): k = .mode
+        case (4, UInt8(ascii: "r")): k = .rdev
+        case (5, UInt8(ascii: "i")): k = .inode
+        case (5, UInt8(ascii: "n")): k = .nlink
+        case (6, UInt8(ascii: "s")): k = .sha256
+        case (6, UInt8(ascii: "p")): k = .isPublic
+        case (6, UInt8(ascii: "t")): k = .target
+        case (6, UInt8(ascii: "u")): k = .upload
+        case (7, UInt8(ascii: "s")): k = .success
+        case (8, UInt8(ascii: "m")): k = written(.mtime) ? .mtime : .metadata
+        case (8, UInt8(ascii: "a")): k = .atime
+        case (8, UInt8(ascii: "c")): k = .ctime
+        case (8, UInt8(ascii: "b")): k = .btime
+        case (9, UInt8(ascii: "f")): k = written(.fileName) ? .fileName : .filePath
+        case (9, UInt8(ascii: "n")): k = .namespace
+        case (9, UInt8(ascii: "o")): k = .operation
+        case (10, UInt8(ascii: "c")): k = .createdOn
+        case (11, UInt8(ascii: "m")): k = .modifiedOn
+        case (12, UInt8(ascii: "c")): k = .contentType
+        default: return nil
+        }
+        guard written(k) else { return nil }
+        self = k
+    }
+
+    /// The key as written.
+    var name: StaticString {
+        switch self {
+        case .id: "_id"
+        case .fileName: "file_name"
+        case .filePath: "file_path"
+        case .contentType: "content_type"
+        case .namespace: "namespace"
+        case .operation: "operation"
+        case .size: "size"
+        case .cdn: "cdn"
+        case .success: "success"
+        case .tags: "tags"
+        case .createdOn: "created_on"
+        case .modifiedOn: "modified_on"
+        case .etag: "etag"
+        case .sha256: "sha256"
+        case .metadata: "metadata"
+        case .isPublic: "public"
+        case .kind: "kind"
+        case .inode: "inode"
+        case .mode: "mode"
+        case .uid: "uid"
+        case .gid: "gid"
+        case .nlink: "nlink"
+        case .atime: "atime_ns"
+        case .mtime: "mtime_ns"
+        case .ctime: "ctime_ns"
+        case .target: "target"
+        case .rdev: "rdev"
+        case .upload: "upload"
+        case .btime: "btime_ns"
+        }
     }
 }
 

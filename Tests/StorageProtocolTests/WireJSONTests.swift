@@ -302,6 +302,15 @@ struct WireJSONReaderTests {
             #expect(changed != doc)
             #expect(Self.fast(changed) == nil, "\(to)")
         }
+        // Keys spelled with escapes are the same keys; keys of a known length and first letter that
+        // are not one (`mtime_nx`, `file_nam3`, `metadatb`) are unknown ones: as JSONDecoder reads them.
+        for (from, to) in [(#""size":12"#, #""\u0073ize":12"#), (#""mtime_ns":0"#, #""mtime_n\u0073":0"#),
+                           (#""file_path":"d/x""#, #""file_path":"d/x","file_pat0":1"#), (#""mtime_ns":0"#, #""mtime_nx":0"#),
+                           (#""file_path":"d/x""#, #""file_nam3":"d/x""#), (#""ctime_ns":5"#, #""ctime_ns":5,"metadatb":{},"cdm":1,"zzzz":2"#)] {
+            let changed = Data(String(decoding: doc, as: UTF8.self).replacingOccurrences(of: from, with: to).utf8)
+            #expect(changed != doc)
+            #expect(Self.fast(changed) == Self.foundation(changed), "\(to)")
+        }
         // A number JSON does not allow, under a key the reader passes over: left to JSONDecoder
         // (which lets some of these through).
         for bad in ["-", "+1", "01", "1.", "1e", ".5", "1e+", "--1"] {
