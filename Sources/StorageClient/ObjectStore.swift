@@ -24,6 +24,9 @@ public protocol ObjectStore: Sendable {
     /// Every entry of a folder in name order, up to about `cap` of them (all when nil). A store
     /// may read several pages at once; the default reads them one after another.
     func listFolder(_ ns: Namespace, folder: StoragePath, cap: Int?) async throws -> FolderListing
+    /// `listFolder` as a filesystem needs it: posix records, in name order (by bytes). The default
+    /// makes them from `listFolder`'s records.
+    func listFolderPosix(_ ns: Namespace, folder: StoragePath, cap: Int?) async throws -> PosixListing
     func update(_ ns: Namespace, _ path: StoragePath, _ patch: FilePatch, ifMatch: String?) async throws -> FileRecord
     func delete(_ ns: Namespace, _ path: StoragePath, ifMatch: String?) async throws
     /// Several deletes (`delete`, each with its own `ifMatch`; `inode` where the store can check
@@ -240,6 +243,16 @@ public struct FolderListing: Sendable, Equatable {
     }
 }
 
+/// A whole folder listing as a filesystem needs it (`listFolderPosix`): no seed record is made.
+public struct PosixListing: Sendable, Equatable {
+    public var entries: [PosixRecord]
+    public var complete: Bool
+    public init(entries: [PosixRecord], complete: Bool) {
+        self.entries = entries
+        self.complete = complete
+    }
+}
+
 /// What an upload reads its bytes from.
 public enum UploadSource: Sendable {
     case bytes(ByteBuffer)
@@ -265,6 +278,11 @@ public typealias ProgressHandler = @Sendable (Int64, Int64) -> Void
 extension ObjectStore {
     public func listFolder(_ ns: Namespace, folder: StoragePath, cap: Int?) async throws -> FolderListing {
         try await pageByPage(ns, folder: folder, pageSize: 1000, cap: cap)
+    }
+
+    public func listFolderPosix(_ ns: Namespace, folder: StoragePath, cap: Int?) async throws -> PosixListing {
+        let listing = try await listFolder(ns, folder: folder, cap: cap)
+        return PosixListing(entries: listing.entries.map(PosixRecord.init(seed:)), complete: listing.complete)
     }
 
     /// Every entry of a folder, following pages.

@@ -1,3 +1,5 @@
+import Foundation
+
 /// What a path names: a file, a folder, or (POSIX completeness) a link or special file.
 public enum NodeKind: String, Codable, Sendable, CaseIterable {
     case file
@@ -259,6 +261,46 @@ extension FileRecord {
             createdOn: Timestamp.iso8601(nanoseconds: p.btimeNs), modifiedOn: Timestamp.iso8601(nanoseconds: p.mtimeNs), etag: p.etag,
             sha256: p.sha256, metadata: p.metadata, isPublic: p.isPublic, kind: p.kind, inode: p.inode, mode: p.mode, uid: p.uid, gid: p.gid,
             nlink: p.nlink, atimeNs: p.atimeNs, mtimeNs: p.mtimeNs, ctimeNs: p.ctimeNs, target: p.target, rdev: p.rdev)
+    }
+}
+
+/// What a filesystem takes from a server's record of an entry: the seed's `FileRecord` and the
+/// posix listing's `PosixRecord` both have it, so a mount reads either without making one from
+/// the other.
+public protocol EntryRecord: Sendable {
+    var fileName: String { get }
+    var contentType: String { get }
+    var size: Int64 { get }
+    var tags: [String] { get }
+    var etag: String { get }
+    var metadata: [String: String] { get }
+    var isPublic: Bool { get }
+    var kind: NodeKind { get }
+    var inode: UInt64 { get }
+    var mode: UInt32? { get }
+    var uid: UInt32? { get }
+    var gid: UInt32? { get }
+    var nlink: UInt32 { get }
+    var atimeNs: Int64 { get }
+    var mtimeNs: Int64 { get }
+    var ctimeNs: Int64 { get }
+    var target: String? { get }
+    var rdev: UInt64? { get }
+}
+
+extension FileRecord: EntryRecord {}
+extension PosixRecord: EntryRecord {}
+
+extension PosixRecord {
+    /// The posix record of a seed record (a listing from a store that gives only those). Its
+    /// `created_on` has milliseconds, so `btimeNs` has no finer part; ctime when it cannot be read.
+    public init(seed r: FileRecord) {
+        let created = try? Date(r.createdOn, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true))
+        self.init(
+            fileName: r.fileName, contentType: r.contentType, size: r.size, tags: r.tags, etag: r.etag, sha256: r.sha256, metadata: r.metadata,
+            isPublic: r.isPublic, kind: r.kind, inode: r.inode, mode: r.mode, uid: r.uid, gid: r.gid, nlink: r.nlink, atimeNs: r.atimeNs,
+            mtimeNs: r.mtimeNs, ctimeNs: r.ctimeNs, btimeNs: created.map { Int64(($0.timeIntervalSince1970 * 1000).rounded()) * 1_000_000 } ?? r.ctimeNs,
+            target: r.target, rdev: r.rdev)
     }
 }
 

@@ -290,7 +290,7 @@ struct TreeTests {
                 #expect(!capped.complete && capped.entries.count >= 5 && capped.entries == Array(all.prefix(capped.entries.count)))
                 #expect(try await client.listFolder(testNamespace, folder: path("s/n07"), cap: nil) == FolderListing(entries: [], complete: true))
             }
-            // With the defaults (pages of 250, 8 at once): one page here.
+            // With the defaults (pages of 1,000, 8 at once): one page here.
             #expect(try await s.admin.listFolder(testNamespace, folder: path("s"), cap: nil).entries.count == 24)
         }
     }

@@ -22,9 +22,14 @@ struct InodeTable: Sendable, Sequence {
     var values: Values { Values(table: self) }
 
     subscript(ino: InodeNumber) -> StowFileSystem.InodeEntry? {
-        get {
-            guard let p = position[ino] else { return nil }
-            return chunks[Int(p) >> Self.chunkShift][Int(p) & Self.chunkMask]
+        // Read in place: `s.inodes[i]?.kind` or `?.directory?.children[name]` borrows the record
+        // instead of copying it (and retaining each of its references) first.
+        _read {
+            if let p = position[ino] {
+                yield chunks[Int(p) >> Self.chunkShift][Int(p) & Self.chunkMask]
+            } else {
+                yield nil
+            }
         }
         set {
             if let p = position[ino] {

@@ -36,7 +36,7 @@ extension StowFileSystem {
 
     /// Whether `r`, from the server, is a file this mount deleted (the server has not, or had not
     /// when `observedAt`).
-    func deletedHere(_ s: State, _ r: FileRecord, observedAt: ContinuousClock.Instant) -> Bool {
+    func deletedHere(_ s: State, _ r: some EntryRecord, observedAt: ContinuousClock.Instant) -> Bool {
         guard let d = s.owedDeletes[r.inode] else { return false }
         return d.hides(observedAt: observedAt)
     }

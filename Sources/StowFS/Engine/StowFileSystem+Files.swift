@@ -418,7 +418,7 @@ extension StowFileSystem {
                         local.changes &+= 1
                         e.local = local
                         e.attributes = attributes(record, ino: ino)
-                        e.remote = RemoteInfo(ino: record.inode, etag: record.etag, id: record.id)
+                        e.remote = RemoteInfo(ino: record.inode, etag: record.etag)
                         e.meta = FileMeta(tags: record.tags, metadata: record.metadata, contentType: record.contentType, isPublic: record.isPublic, target: record.target)
                         e.validUntil = .now + configuration.attributeTTL
                         s.inodes[ino] = e
@@ -819,7 +819,7 @@ extension StowFileSystem {
             }
             guard let record else { return false }
             if let old = s.byRemote[record.inode], old != ino, s.inodes[old]?.hasLocalState == false { s.inodes[old] = nil }
-            e.remote = RemoteInfo(ino: record.inode, etag: record.etag, id: record.id)
+            e.remote = RemoteInfo(ino: record.inode, etag: record.etag)
             s.byRemote[record.inode] = ino
             e.changedAt = .now
             // Written to meanwhile: the server has an older content; the usual flush follows.

@@ -160,7 +160,7 @@ extension StowFileSystem {
             attributes: FileAttributes(
                 ino: ino, kind: .directory, mode: defaultMode(.directory), uid: configuration.defaultUID, gid: configuration.defaultGID, size: 0,
                 nlink: 2, atime: now, mtime: now, ctime: now),
-            validUntil: .now + configuration.attributeTTL, remote: RemoteInfo(ino: info.rootInode, etag: "", id: ""), directory: DirectoryState())
+            validUntil: .now + configuration.attributeTTL, remote: RemoteInfo(ino: info.rootInode, etag: ""), directory: DirectoryState())
         s.byRemote[info.rootInode] = ino
         s.inodes[.root]?.directory?.children[info.name] = ino
         s.inodes[.root]?.directory?.negative[info.name] = nil
@@ -376,10 +376,14 @@ extension StowFileSystem {
                 for r in records { names[r.name] = namespaceInode(&s, r) }
             }
         } else {
-            let listing = try await remote { try await store.listFolder(location.namespace!, folder: location.path, cap: cap) }
+            let listing = try await remote { try await store.listFolderPosix(location.namespace!, folder: location.path, cap: cap) }
             let records = listing.entries
             complete = listing.complete
+            names.reserveCapacity(records.count)
             state.withLock { s in
+                if let known = s.inodes[ino]?.directory?.children.count {
+                    s.inodes[ino]?.directory?.children.reserveCapacity(max(known, records.count))
+                }
                 for r in records where !deletedHere(s, r, observedAt: started) {
                     names[r.fileName] = upsert(&s, r, parent: ino, name: r.fileName, observedAt: started)
                 }
@@ -426,8 +430,13 @@ extension StowFileSystem {
                 dir.heldByFeed = held && !expiredMeanwhile
                 dir.negative = recentlyRemoved
             }
-            for (name, child) in names where dir.children[name] == nil || s.inodes[dir.children[name]!]?.hasLocalState != true {
-                dir.children[name] = child
+            for (name, child) in names {
+                // Most are there already (`upsert` put them); a name this mount changed meanwhile stays.
+                guard let here = dir.children[name] else {
+                    dir.children[name] = child
+                    continue
+                }
+                if here != child && s.inodes[here]?.hasLocalState != true { dir.children[name] = child }
             }
             s.inodes[ino]?.directory = dir
         }

@@ -150,7 +150,7 @@ extension StowFileSystem {
                     TreeSnapshot.Item(
                         ino: ino, parent: folder, name: name.string, kind: e.kind, mode: a.mode, uid: a.uid, gid: a.gid, size: a.size, nlink: a.nlink,
                         atimeNs: a.atime.nanoseconds, mtimeNs: a.mtime.nanoseconds, ctimeNs: a.ctime.nanoseconds, rdev: a.rdev, remoteIno: r.ino,
-                        etag: r.etag, id: r.id, tags: e.meta.tags, metadata: e.meta.metadata, contentType: e.meta.contentType, isPublic: e.meta.isPublic,
+                        etag: r.etag, id: FileRecord.id(inode: r.ino), tags: e.meta.tags, metadata: e.meta.metadata, contentType: e.meta.contentType, isPublic: e.meta.isPublic,
                         target: e.meta.target, complete: e.kind == .directory ? complete[ino] ?? false : nil))
                 if e.kind == .directory { queue.append(ino) }
             }
@@ -231,7 +231,7 @@ extension StowFileSystem {
                     ino: ino, kind: item.kind, mode: item.mode, uid: item.uid, gid: item.gid, size: item.size, nlink: item.nlink,
                     atime: TimeSpec(nanoseconds: item.atimeNs), mtime: TimeSpec(nanoseconds: item.mtimeNs), ctime: TimeSpec(nanoseconds: item.ctimeNs),
                     rdev: item.rdev),
-                validUntil: .now, remote: RemoteInfo(ino: item.remoteIno, etag: item.etag, id: item.id))
+                validUntil: .now, remote: RemoteInfo(ino: item.remoteIno, etag: item.etag))
             e.meta = FileMeta(tags: item.tags, metadata: item.metadata, contentType: item.contentType, isPublic: item.isPublic, target: item.target)
             if item.kind == .directory {
                 var d = DirectoryState()

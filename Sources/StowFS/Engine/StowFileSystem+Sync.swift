@@ -23,7 +23,7 @@ extension StowFileSystem {
             e.olderUploads.remove(f.id)
             if e.upload == f.id { e.upload = nil }
             if let old = s.byRemote[f.record.inode], old != ino, s.inodes[old]?.hasLocalState == false { s.inodes[old] = nil }
-            e.remote = RemoteInfo(ino: f.record.inode, etag: f.record.etag, id: f.record.id)
+            e.remote = RemoteInfo(ino: f.record.inode, etag: f.record.etag)
             e.changedAt = .now
             s.byRemote[f.record.inode] = ino
             if let local = e.local, !local.dirty, local.writers == 0, e.upload == nil, e.olderUploads.isEmpty, local.heldUpload == nil, e.submitting == 0 {

@@ -372,7 +372,7 @@ extension StowFileSystem {
             s.inodes[ino]?.attributes.nlink = record.nlink
             s.inodes[ino]?.attributes.ctime = TimeSpec(nanoseconds: record.ctimeNs)
             s.inodes[ino]?.lookups += 1
-            if s.inodes[ino]?.remote == nil { s.inodes[ino]?.remote = RemoteInfo(ino: record.inode, etag: record.etag, id: record.id) }
+            if s.inodes[ino]?.remote == nil { s.inodes[ino]?.remote = RemoteInfo(ino: record.inode, etag: record.etag) }
             s.byRemote[record.inode] = ino
             touchDirectory(&s, newParent)
             return entry(s.inodes[ino]!)

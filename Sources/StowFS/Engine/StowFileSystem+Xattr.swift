@@ -65,8 +65,10 @@ extension StowFileSystem {
         case Self.statusName:
             return Array(try await uploadStatus(ino).utf8)
         case Self.idName:
-            guard let id = e.remote?.id, !id.isEmpty else { throw FSError.noAttribute }
-            return Array(id.utf8)
+            // A namespace's root has no record of its own, nor an id.
+            let namespaceRoot = ino == .root || (configuration.scope == .all && e.parent == .root)
+            guard let r = e.remote, !namespaceRoot else { throw FSError.noAttribute }
+            return Array(FileRecord.id(inode: r.ino).utf8)
         case Self.urlName:
             return Array(try await shareableURL(ino).utf8)
         default:

@@ -68,10 +68,10 @@ public final class StowFileSystem: Sendable {
     let state: Mutex<State>
     let filesDirectory: String
 
+    /// The server's identity of an inode here. (Its record's `_id` is `FileRecord.id(inode:)`.)
     struct RemoteInfo: Sendable, Equatable {
         var ino: UInt64
         var etag: String
-        var id: String
     }
 
     /// xattr-visible metadata of a file.
@@ -279,7 +279,7 @@ public final class StowFileSystem: Sendable {
             size: 0, nlink: 2, atime: now, mtime: now, ctime: now)
         s.inodes[.root] = InodeEntry(
             ino: .root, parent: 0, name: "", attributes: rootAttributes, validUntil: .now,
-            remote: rootRemote.map { RemoteInfo(ino: $0, etag: "", id: "") }, directory: DirectoryState())
+            remote: rootRemote.map { RemoteInfo(ino: $0, etag: "") }, directory: DirectoryState())
         if let rootRemote { s.byRemote[rootRemote] = .root }
         if let snapshot { Self.restore(snapshot, into: &s) }
         let recovered = await queue.recovered
@@ -396,7 +396,7 @@ public final class StowFileSystem: Sendable {
         }
     }
 
-    func attributes(_ r: FileRecord, ino: InodeNumber) -> FileAttributes {
+    func attributes(_ r: some EntryRecord, ino: InodeNumber) -> FileAttributes {
         FileAttributes(
             ino: ino, kind: r.kind, mode: r.mode ?? defaultMode(r.kind), uid: r.uid ?? configuration.defaultUID, gid: r.gid ?? configuration.defaultGID,
             size: UInt64(max(0, r.size)), nlink: max(1, r.nlink), atime: TimeSpec(nanoseconds: r.atimeNs), mtime: TimeSpec(nanoseconds: r.mtimeNs),
@@ -414,12 +414,12 @@ public final class StowFileSystem: Sendable {
     @discardableResult
     /// - Parameter observedAt: when the request that brought `r` was sent. A record observed before
     ///   this mount last changed the inode is older than what the mount shows: only its identity is taken.
-    func upsert(_ s: inout State, _ r: FileRecord, parent: InodeNumber, name: String, observedAt: ContinuousClock.Instant? = nil) -> InodeNumber {
+    func upsert(_ s: inout State, _ r: some EntryRecord, parent: InodeNumber, name: String, observedAt: ContinuousClock.Instant? = nil) -> InodeNumber {
         let validUntil = ContinuousClock.now + configuration.attributeTTL
         if let ino = s.byRemote[r.inode], var e = s.inodes[ino], e.kind == r.kind,
             let observedAt, let changed = e.changedAt, changed >= observedAt
         {
-            e.remote = RemoteInfo(ino: r.inode, etag: e.remote?.etag ?? r.etag, id: r.id)
+            e.remote = RemoteInfo(ino: r.inode, etag: e.remote?.etag ?? r.etag)
             s.inodes[ino] = e
             // The name too only if it is still the inode's name here: one this mount renamed or
             // removed after the record was observed (a listing on its way while an rsync renamed
@@ -445,7 +445,7 @@ public final class StowFileSystem: Sendable {
                 e.attributes.gid = local.gid
             }
             if e.remote?.etag != r.etag, let old = e.remote?.etag, e.local == nil { blocks.drop(etag: old) }
-            e.remote = RemoteInfo(ino: r.inode, etag: r.etag, id: r.id)
+            e.remote = RemoteInfo(ino: r.inode, etag: r.etag)
             if e.local == nil && e.upload == nil {
                 e.meta = FileMeta(tags: r.tags, metadata: r.metadata, contentType: r.contentType, isPublic: r.isPublic, target: r.target)
             }
@@ -468,7 +468,7 @@ public final class StowFileSystem: Sendable {
             // The server's record of a file this mount made (or is changing): the same inode. Its local
             // state (size, times, owner) is newer than the record; only the server's identity is taken.
             if let old = e.remote, old.ino != r.inode, s.byRemote[old.ino] == existing { s.byRemote[old.ino] = nil }
-            e.remote = RemoteInfo(ino: r.inode, etag: r.etag, id: r.id)
+            e.remote = RemoteInfo(ino: r.inode, etag: r.etag)
             e.validUntil = validUntil
             s.inodes[existing] = e
             s.byRemote[r.inode] = existing
@@ -477,7 +477,7 @@ public final class StowFileSystem: Sendable {
         let ino = r.inode >= InodeNumber.firstLocal || s.inodes[r.inode] != nil ? newLocalInode(&s) : r.inode
         var e = InodeEntry(
             ino: ino, parent: parent, name: name, attributes: attributes(r, ino: ino), validUntil: validUntil,
-            remote: RemoteInfo(ino: r.inode, etag: r.etag, id: r.id))
+            remote: RemoteInfo(ino: r.inode, etag: r.etag))
         e.meta = FileMeta(tags: r.tags, metadata: r.metadata, contentType: r.contentType, isPublic: r.isPublic, target: r.target)
         if r.kind == .directory { e.directory = DirectoryState() }
         if let old = s.inodes[parent]?.directory?.children[name], old != ino, var o = s.inodes[old], !o.hasLocalState {
