@@ -116,10 +116,11 @@ struct ChangeFeedTests {
             _ = try await s.admin.makeFolder(testNamespace, path("woken"), FolderRequest())
             let (answer, answeredAt) = try await poll.value
             #expect(answer.changes.contains { $0.name == "woken" })
-            // Well within the 30 s wait. Generous: on PostgreSQL a change shows once every older
-            // transaction in the database has ended, and in a full run other tests' are open
-            // (trimWithOldTransaction holds one on purpose); a CI run once took 5.8 s.
-            #expect(answeredAt - madeAt < .seconds(15), "answered \(answeredAt - madeAt) after the change")
+            // Before the 30 s wait is up (so the change answered it, not the time). Generous: on
+            // PostgreSQL a change shows once every older transaction in the database has ended, and
+            // in a full run other tests' are open (trimWithOldTransaction holds one on purpose); a
+            // CI run once took 5.8 s, and a run on a VM losing a third of its CPU to steal 15.5 s.
+            #expect(answeredAt - madeAt < .seconds(25), "answered \(answeredAt - madeAt) after the change")
         }
     }
 

@@ -86,7 +86,9 @@ struct LockTests {
             }
             let sorted = delays.sorted()
             print("lock wake-up on one server: median \(sorted[sorted.count / 2]), max \(sorted.last!)")
-            #expect(sorted[sorted.count / 2] < .seconds(2), "\(sorted)")
+            // Granted while waiting, well before the 20 s wait is up (2.05 s once, on PostgreSQL on a
+            // VM losing a third of its CPU to steal; a few milliseconds on SQLite).
+            #expect(sorted[sorted.count / 2] < .seconds(10), "\(sorted)")
         }
     }
 
