@@ -56,6 +56,76 @@ struct BatchDeleteTests {
         }
     }
 
+    @Test("one batch over several folders, in no order: a file named twice is deleted once (204, then 404), an If-Match with a NUL matches nothing (412), a file under a file is 409, and every other file goes")
+    func mixed() async throws {
+        try await withServer { s in
+            for p in ["z/1", "a/2", "m/n/3", "twice", "nul", "plain"] { _ = try await s.admin.put(Array(p.utf8), p) }
+            let files: [BatchDelete.Item] = [
+                BatchDelete.Item(path: "z/1"),
+                BatchDelete.Item(path: "twice"),
+                BatchDelete.Item(path: "m/n/3"),
+                BatchDelete.Item(path: "twice"),
+                BatchDelete.Item(path: "nul", ifMatch: "*\u{0}"),
+                BatchDelete.Item(path: "plain/under"),
+                BatchDelete.Item(path: "a/2", inode: UInt64.max),
+                BatchDelete.Item(path: "a/2"),
+            ]
+            let answer = try await s.raw.send(
+                "POST", Routes.batchDelete(testNamespace), headers: [("Content-Type", "application/json")],
+                body: WireJSON.encode(BatchDelete.Request(files: files)))
+            #expect(answer.status == 200)
+            let response = try JSONDecoder().decode(BatchDelete.Response.self, from: answer.body)
+            #expect(response.results.map(\.status) == [204, 204, 204, 404, 412, 409, 412, 204], "\(response)")
+            for p in ["z/1", "m/n/3", "twice", "a/2"] { #expect(await Self.gone(s, p), "\(p)") }
+            #expect(try await s.admin.get("nul") == Array("nul".utf8))
+            #expect(try await s.admin.get("plain") == Array("plain".utf8))
+        }
+    }
+
+    @Test("two batches deleting the same 200 files at once: each file deleted by exactly one of them, neither refused as a whole")
+    func racing() async throws {
+        try await withServer { s in
+            let paths = (0..<200).map { "race/\($0 % 4)/f\($0)" }
+            for chunk in stride(from: 0, to: paths.count, by: 100) {
+                let files = paths[chunk..<chunk + 100].map { (StartUploadRequest(fileName: $0, size: 1), UploadSource.bytes(ByteBuffer(string: "x"))) }
+                for r in try await s.admin.uploadBatch(testNamespace, Array(files)) { _ = try r.get() }
+            }
+            let forward = paths.map { BatchDelete.Item(path: $0) }
+            async let one = s.raw.send(
+                "POST", Routes.batchDelete(testNamespace), headers: [("Content-Type", "application/json")],
+                body: WireJSON.encode(BatchDelete.Request(files: forward)))
+            async let two = s.raw.send(
+                "POST", Routes.batchDelete(testNamespace), headers: [("Content-Type", "application/json")],
+                body: WireJSON.encode(BatchDelete.Request(files: forward.reversed())))
+            let (a, b) = try await (one, two)
+            #expect(a.status == 200 && b.status == 200, "\(a.status) \(b.status)")
+            let ra = try JSONDecoder().decode(BatchDelete.Response.self, from: a.body).results.map(\.status)
+            let rb = Array(try JSONDecoder().decode(BatchDelete.Response.self, from: b.body).results.map(\.status).reversed())
+            for i in paths.indices {
+                #expect([ra[i], rb[i]].sorted() == [204, 404], "\(paths[i]): \(ra[i]) and \(rb[i])")
+            }
+            #expect(try await s.server.store.statistics().files == 0)
+        }
+    }
+
+    @Test("a batch sets the times of the folders it changes, once, at its end: after a batch of new files, and after a batch of deletes, the folder's mtime is past what it was")
+    func folderTimes() async throws {
+        try await withServer { s in
+            _ = try await s.admin.put(Array("x".utf8), "t/seed")
+            let folder = try StoragePath("t")
+            let before = try await s.admin.record(testNamespace, folder).mtimeNs
+            try await Task.sleep(for: .milliseconds(5))
+            let files = (0..<50).map { (StartUploadRequest(fileName: "t/f\($0)", size: 1), UploadSource.bytes(ByteBuffer(string: "x"))) }
+            for r in try await s.admin.uploadBatch(testNamespace, files) { _ = try r.get() }
+            let stored = try await s.admin.record(testNamespace, folder).mtimeNs
+            #expect(stored > before)
+            try await Task.sleep(for: .milliseconds(5))
+            let deleted = await s.admin.deleteFiles(testNamespace, (0..<50).map { FileDeletion(path: try! StoragePath("t/f\($0)")) })
+            #expect(deleted.allSatisfy { if case .success = $0 { return true }; return false })
+            #expect(try await s.admin.record(testNamespace, folder).mtimeNs > stored)
+        }
+    }
+
     @Test("the request's bounds: no files, or more than 1,024, or malformed JSON, is 400 and deletes nothing; a reader's token is 403")
     func bounds() async throws {
         try await withServer { s in

@@ -468,6 +468,41 @@ public final class PostgresMetadataStore: MetadataStore {
         _ = try await rows("SELECT stow_remove_file(stow_o(\(ns.name), \(ChangeOrigin.current)), \(path.segments), \(ifMatch), \(blobGraceNs))")
     }
 
+    /// One call and one transaction for the lot (`stow_remove_files`), each file deleted or
+    /// refused on its own. In path order, so that two batches lock the folders they share in the
+    /// same order; answered in the caller's.
+    public func removeFiles(_ ns: Namespace, _ files: [FileDeletion]) async throws -> [Result<Void, any Error>] {
+        guard !files.isEmpty else { return [] }
+        let order = files.indices.sorted { a, b in files[a].path < files[b].path || (files[a].path == files[b].path && a < b) }
+        let paths = order.map { files[$0].path.segments.joined(separator: "/") }
+        // An If-Match with a NUL cannot match an ETag (none has one), and PostgreSQL's text cannot
+        // carry it: sent as a value that matches nothing, as the SQLite store compares it.
+        let ifMatch = order.map { i -> String in
+            guard let m = files[i].ifMatch else { return "" }
+            return m.utf8.contains(0) ? "\"\u{1}\"" : m
+        }
+        let match = order.map { files[$0].ifMatch != nil }
+        // 0 for none; an inode no row can have (beyond Int64) as -1, which matches nothing.
+        let inodes = order.map { i -> Int64 in files[i].inode.map { Int64(exactly: $0) ?? -1 } ?? 0 }
+        let rows = try await rows(
+            """
+            SELECT idx, err_code, err_message, err_detail FROM stow_remove_files(
+                stow_o(\(ns.name), \(ChangeOrigin.current)), \(paths), \(ifMatch), \(match), \(inodes), \(blobGraceNs))
+            """)
+        var results: [Result<Void, any Error>?] = Array(repeating: nil, count: files.count)
+        for row in rows {
+            let k = Int(try row["idx"].decode(Int32.self)) - 1
+            guard order.indices.contains(k) else { continue }
+            if let code = try row["err_code"].decode(String?.self) {
+                results[order[k]] = .failure(Self.storeError(
+                    code: code, message: try row["err_message"].decode(String?.self) ?? "", detail: try row["err_detail"].decode(String?.self) ?? ""))
+            } else {
+                results[order[k]] = .success(())
+            }
+        }
+        return results.map { $0 ?? .failure(StoreError.conflict("the file was not deleted; try again")) }
+    }
+
     public func rename(_ ns: Namespace, from: StoragePath, to: StoragePath, replace: Bool, exchange: Bool) async throws -> Node {
         // Shared tree lock first; a rename that turns out to move a folder (SN041) runs again holding it exclusively.
         for exclusive in [false, true] {
