@@ -232,26 +232,20 @@ public struct ListPage: Sendable, Equatable {
     }
 }
 
-/// A whole folder listing (`listFolder`): its entries in name order, and whether that is all of
-/// them (false when it stopped at its cap).
-public struct FolderListing: Sendable, Equatable {
-    public var entries: [FileRecord]
+/// A whole folder listing: its entries in name order, and whether that is all of them (false
+/// when it stopped at its cap). `listFolder` gives seed records, `listFolderPosix` posix records
+/// (no seed record made).
+public struct Listing<Entry: Sendable & Equatable>: Sendable, Equatable {
+    public var entries: [Entry]
     public var complete: Bool
-    public init(entries: [FileRecord], complete: Bool) {
+    public init(entries: [Entry], complete: Bool) {
         self.entries = entries
         self.complete = complete
     }
 }
 
-/// A whole folder listing as a filesystem needs it (`listFolderPosix`): no seed record is made.
-public struct PosixListing: Sendable, Equatable {
-    public var entries: [PosixRecord]
-    public var complete: Bool
-    public init(entries: [PosixRecord], complete: Bool) {
-        self.entries = entries
-        self.complete = complete
-    }
-}
+public typealias FolderListing = Listing<FileRecord>
+public typealias PosixListing = Listing<PosixRecord>
 
 /// What an upload reads its bytes from.
 public enum UploadSource: Sendable {

@@ -493,12 +493,7 @@ public final class PostgresMetadataStore: MetadataStore {
         for row in rows {
             let k = Int(try row["idx"].decode(Int32.self)) - 1
             guard order.indices.contains(k) else { continue }
-            if let code = try row["err_code"].decode(String?.self) {
-                results[order[k]] = .failure(Self.storeError(
-                    code: code, message: try row["err_message"].decode(String?.self) ?? "", detail: try row["err_detail"].decode(String?.self) ?? ""))
-            } else {
-                results[order[k]] = .success(())
-            }
+            results[order[k]] = try Self.refusal(row).map { .failure($0) } ?? .success(())
         }
         return results.map { $0 ?? .failure(StoreError.conflict("the file was not deleted; try again")) }
     }
@@ -619,9 +614,8 @@ public final class PostgresMetadataStore: MetadataStore {
             guard order.indices.contains(k) else { continue }
             let i = order[k]
             let f = files[i]
-            if let code = try row["err_code"].decode(String?.self) {
-                results[i] = .failure(Self.storeError(
-                    code: code, message: try row["err_message"].decode(String?.self) ?? "", detail: try row["err_detail"].decode(String?.self) ?? ""))
+            if let refused = try Self.refusal(row) {
+                results[i] = .failure(refused)
             } else {
                 results[i] = .success(Node(namespace: f.upload.namespace, path: f.upload.path, inode: try Self.decodeInode(row)))
             }
@@ -629,7 +623,13 @@ public final class PostgresMetadataStore: MetadataStore {
         return results.map { $0 ?? .failure(StoreError.conflict("the file was not stored; try again")) }
     }
 
-    /// A refusal reported in a row (`publishInline`) as the error it stands for.
+    /// The refusal a batch function's row reports (`err_code`, `err_message`, `err_detail`), if any.
+    static func refusal(_ row: PostgresRandomAccessRow) throws -> (any Error)? {
+        guard let code = try row["err_code"].decode(String?.self) else { return nil }
+        return storeError(code: code, message: try row["err_message"].decode(String?.self) ?? "", detail: try row["err_detail"].decode(String?.self) ?? "")
+    }
+
+    /// A refusal reported in a row (`publishInline`, `removeFiles`) as the error it stands for.
     static func storeError(code: String, message: String, detail: String) -> any Error {
         let path = detail.isEmpty ? StoragePath.root : ((try? StoragePath(detail)) ?? .root)
         switch code {

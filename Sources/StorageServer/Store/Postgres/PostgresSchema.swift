@@ -1017,9 +1017,9 @@ enum PostgresSchema {
     /// Batches that change many names in one transaction touch each folder once, at the end.
     /// Touched once per file, a folder's row had a new version per file in the one transaction,
     /// none of them prunable before it ends, and each later read of the row (the lock, the lookup,
-    /// the change trigger) walked them all: a batch of 1,000 small files in one folder took 3.8 s,
-    /// 250 took 0.41 s (`pg_stat_user_functions`: `stow_touch`, `stow_lock` and `stow_kind` of the
-    /// folder grew with the batch).
+    /// the change trigger) walked them all: a batch of 1,000 small files in one folder took 2.8 s,
+    /// now 0.7 s (`bench/cluster-batches.sh`; `pg_stat_user_functions`: `stow_touch`, `stow_lock`
+    /// and `stow_kind` of the folder grew with the batch).
     ///
     /// Deletes of a batch (`POST …/delete/batch`) become one call and one transaction
     /// (`stow_remove_files`), each file deleted or refused on its own (a subtransaction each), as
