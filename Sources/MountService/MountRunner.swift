@@ -113,6 +113,7 @@ public enum MountRunner {
             config.bandwidth = bandwidth
             config.startOffline = offline
             let engine = try await StowFileSystem(configuration: config, store: store, logger: logger)
+            if !offline { await engine.listRootAhead(within: .seconds(1)) }
 
             let fuseOptions = ["default_permissions"] + options.fuseOptions.filter { $0 != "nonempty" && $0 != "default_permissions" }
             let fsname = "stowfs:" + (options.namespace?.name ?? "all")

@@ -227,6 +227,40 @@ struct TreeTests {
         }
     }
 
+    @Test("an empty page still counts the folder's names: an empty folder, a cursor past the end, a prefix or search that matches nothing; a missing folder is 404, a file 409")
+    func emptyPages() async throws {
+        try await withServer { s in
+            for name in ["e/one.txt", "e/two.txt", "e/three.txt"] { _ = try await s.admin.put([1], name) }
+            _ = try await s.admin.makeFolder(testNamespace, path("empty"), FolderRequest())
+            func listing(_ query: String) async throws -> PosixBrowseResponse {
+                let answer = try await s.raw.send("GET", Routes.browse(testNamespace) + "?delimiter=/&fields=posix&" + query)
+                #expect(answer.status == 200, "\(query): \(String(decoding: answer.body, as: UTF8.self))")
+                return try answer.json(PosixBrowseResponse.self)
+            }
+            func page(_ query: String) async throws -> (total: Int, names: [String]) {
+                let l = try await listing(query)
+                return (l.page.itemTotal, (l.folders + l.items).map(\.fileName))
+            }
+            #expect(try await page("prefix=empty/") == (0, []))
+            // A cursor past the last name: the page after two names, once the third is gone.
+            let first = try await listing("prefix=e/&limit=2")
+            #expect((first.folders + first.items).map(\.fileName) == ["one.txt", "three.txt"])
+            let next = try #require(first.page.nextId)
+            try await s.admin.delete(testNamespace, path("e/two.txt"), ifMatch: nil)
+            #expect(try await page("prefix=e/&limit=2&next_id=\(next)") == (2, []))
+            _ = try await s.admin.put([1], "e/two.txt")
+            #expect(try await page("prefix=e/&page=5&limit=2") == (3, []))
+            #expect(try await page("prefix=e/t&limit=1") == (2, ["three.txt"]))
+            #expect(try await page("prefix=e/x") == (0, []))
+            #expect(try await page("prefix=e/&search=zzz") == (0, []))
+            #expect(try await page("prefix=e/&search=O") == (2, ["one.txt", "two.txt"]))
+            for (folder, status) in [("nowhere/", 404), ("e/nowhere/", 404), ("e/one.txt/", 409)] {
+                let answer = try await s.raw.send("GET", Routes.browse(testNamespace) + "?delimiter=/&fields=posix&prefix=" + folder)
+                #expect(answer.status == status, "\(folder): \(answer.status)")
+            }
+        }
+    }
+
     /// A client of `s` that reads folders `atOnce` pages of `pageSize` at a time; shut down after.
     static func withLister(_ s: TestServer, pageSize: Int, atOnce: Int, _ body: (HTTPObjectStore) async throws -> Void) async throws {
         var c = s.admin.configuration

@@ -19,6 +19,42 @@ struct EngineTreeTests {
         }
     }
 
+    @Test("the root listed ahead (as a mount does before it appears) answers the first lookups without a request")
+    func rootListedAhead() async throws {
+        let store = InMemoryObjectStore(namespaces: [ns])
+        _ = try await store.upload(.bytes(ByteBuffer(string: "a")), size: 1, to: ns, try StoragePath("a.txt"))
+        _ = try await store.upload(.bytes(ByteBuffer(string: "b")), size: 1, to: ns, try StoragePath("small/b.txt"))
+        // Without it, the first lookup lists the root.
+        let plain = FaultInjectingObjectStore(wrapping: store)
+        try await withEngine(store: plain) { h in
+            #expect(plain.calls(of: .list) == 0)
+            _ = try await h.fs.lookup(parent: .root, name: "small")
+            #expect(plain.calls(of: .list) == 1)
+        }
+        let counting = FaultInjectingObjectStore(wrapping: store)
+        try await withEngine(store: counting) { h in
+            await h.fs.listRootAhead(within: .seconds(30))
+            #expect(counting.calls(of: .list) == 1)
+            let small = try await h.fs.lookup(parent: .root, name: "small")
+            #expect(small.attributes.kind == .directory)
+            #expect(try await h.fs.lookup(parent: .root, name: "a.txt").attributes.size == 1)
+            await expectFS(.notFound) { _ = try await h.fs.lookup(parent: .root, name: "missing") }
+            #expect(counting.calls(of: .list) == 1)
+            #expect(counting.calls(of: .record) == 0)
+            // The folder below is listed when asked for, as before.
+            #expect(try await h.names("small") == ["b.txt"])
+            #expect(counting.calls(of: .list) == 2)
+        }
+        // A server that does not answer in time does not hold the mount: the wait ends at its limit.
+        let slow = FaultInjectingObjectStore(wrapping: store)
+        try await withEngine(store: slow) { h in
+            slow.setLatency(.seconds(3), for: .list)
+            let started = ContinuousClock.now
+            await h.fs.listRootAhead(within: .milliseconds(100))
+            #expect(ContinuousClock.now - started < .seconds(2))
+        }
+    }
+
     @Test("a folder of 2,500 files lists through a few pages, each with its attributes")
     func bigListing() async throws {
         let store = InMemoryObjectStore(namespaces: [ns])

@@ -359,6 +359,20 @@ extension StowFileSystem {
         }
     }
 
+    /// Lists the root as a lookup would, before the mount appears: the first `ls` or `stat` of a
+    /// fresh mount is answered from it instead of waiting for a request of its own (7–13 ms through
+    /// the cluster, a tenth of a cold `ls -lR` of 1,000 files). A listing that takes longer than
+    /// `limit` is given up (the first lookup lists the root, as it would have). The listing is as
+    /// fresh as any other: trusted for the TTL, kept by the feed once the feed is followed.
+    public func listRootAhead(within limit: Duration) async {
+        do {
+            let complete = try await Self.within(limit) { () async throws -> Bool in try await self.refreshDirectory(.root, cap: Self.lookupListingCap) }
+            if !complete { state.withLock { s in s.inodes[.root]?.directory?.tooLargeToListUntil = .now + Self.tooLargeToListFor } }
+        } catch {
+            logger.debug("listing the root ahead: \(error)")
+        }
+    }
+
     /// Lists a folder from the server (up to `cap` names when given) and merges it with what this mount
     /// owes the server. Returns whether the listing is complete.
     @discardableResult
