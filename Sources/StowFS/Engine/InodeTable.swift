@@ -18,6 +18,17 @@ struct InodeTable: Sendable, Sequence {
     init() {}
 
     var count: Int { position.count }
+
+    /// What `body` makes of the record of `ino`, read in place; nil if there is none. For a loop
+    /// that reads a few fields of many records (`if let e = table[i]` copied each whole record,
+    /// retaining its references, to read them).
+    func read<R>(_ ino: InodeNumber, _ body: (borrowing StowFileSystem.InodeEntry) -> R) -> R? {
+        guard let p = position[ino] else { return nil }
+        return chunks[Int(p) >> Self.chunkShift][Int(p) & Self.chunkMask].map { body($0) }
+    }
+
+    /// Whether `ino` has a record (without reading it).
+    func contains(_ ino: InodeNumber) -> Bool { position[ino] != nil }
     var keys: Dictionary<InodeNumber, UInt32>.Keys { position.keys }
     var values: Values { Values(table: self) }
 
@@ -34,7 +45,7 @@ struct InodeTable: Sendable, Sequence {
         set {
             if let p = position[ino] {
                 chunks[Int(p) >> Self.chunkShift][Int(p) & Self.chunkMask] = newValue
-                if newValue == nil { release(ino, p) }
+                if newValue.isEmptySlot { release(ino, p) }
             } else if let newValue {
                 insert(ino, newValue)
             }
@@ -43,7 +54,7 @@ struct InodeTable: Sendable, Sequence {
             if let p = position[ino] {
                 let c = Int(p) >> Self.chunkShift, o = Int(p) & Self.chunkMask
                 // Also when the access throws (the code after `yield` would not run).
-                defer { if chunks[c][o] == nil { release(ino, p) } }
+                defer { if chunks[c][o].isEmptySlot { release(ino, p) } }
                 yield &chunks[c][o]
             } else {
                 var added: StowFileSystem.InodeEntry?
@@ -91,6 +102,17 @@ struct InodeTable: Sendable, Sequence {
         func makeIterator() -> some IteratorProtocol<StowFileSystem.InodeEntry> {
             var all = table.makeIterator()
             return AnyIterator { all.next()?.value }
+        }
+    }
+}
+
+extension Optional where Wrapped == StowFileSystem.InodeEntry {
+    /// Whether a slot of the table is empty, looked at in place: `slot == nil` copied the whole
+    /// record first (the generic comparison with nil), on every change made through the table.
+    var isEmptySlot: Bool {
+        switch self {
+        case .none: true
+        case .some: false
         }
     }
 }

@@ -193,7 +193,7 @@ extension StowFileSystem {
         // The folder gone meanwhile: the copy goes back to the pool.
         do throws(FSError) {
             return try state.withLock { (s: inout State) throws(FSError) -> (Entry, OpenedFile) in
-                guard s.inodes[parent] != nil else { throw FSError.notFound }
+                guard s.inodes.contains(parent) else { throw FSError.notFound }
                 if let old = s.inodes[parent]?.directory?.children[FileName(name)], var o = s.inodes[old], o.remote?.ino != record.inode {
                     // A file we knew under this name is gone from the server (this create succeeded).
                     o.unlinked = true

@@ -149,7 +149,7 @@ extension StowFileSystem {
     /// The inode of a namespace (a folder at the root of a `--all` mount).
     func namespaceInode(_ s: inout State, _ info: NamespaceRecord) -> InodeNumber {
         let now = TimeSpec.now
-        if let ino = s.byRemote[info.rootInode], s.inodes[ino] != nil {
+        if let ino = s.byRemote[info.rootInode], s.inodes.contains(ino) {
             s.inodes[ino]?.validUntil = .now + configuration.attributeTTL
             s.inodes[.root]?.directory?.children[info.name] = ino
             return ino
@@ -332,14 +332,19 @@ extension StowFileSystem {
                 DirectoryEntry(name: "..", ino: me.parent == 0 ? ino : me.parent, kind: .directory, offset: 2, entry: nil),
             ]
             let children = me.directory?.children ?? [:]
+            out.reserveCapacity(children.count + 2)
             var offset: Int64 = 3
-            for name in children.keys.sorted() {
-                guard let e = s.inodes[children[name]!] else {
+            for (name, child) in children.sorted(by: { $0.key < $1.key }) {
+                // Each record read in place for the few fields a listing needs.
+                let listed = s.inodes.read(child) { e in
+                    e.unlinked ? nil : DirectoryEntry(name: name.string, ino: e.ino, kind: e.kind, offset: offset, entry: entry(e))
+                }
+                guard let listed else {
                     if whole { return nil }
                     continue
                 }
-                guard !e.unlinked else { continue }
-                out.append(DirectoryEntry(name: name.string, ino: e.ino, kind: e.kind, offset: offset, entry: entry(e)))
+                guard let listed else { continue }
+                out.append(listed)
                 offset += 1
             }
             return out

@@ -140,6 +140,13 @@ public final class StowFileSystem: Sendable {
             complete && (validUntil > now || (heldByFeed && feedHolds))
         }
 
+        /// `name` is `ino` here (and not missing): one access for both, since each access to a
+        /// folder's state through the inode table moves it out of its box and back.
+        mutating func place(_ name: FileName, _ ino: InodeNumber) {
+            children[name] = ino
+            negative[name] = nil
+        }
+
         /// The listing is no longer trusted (the feed named the folder, or a create found a name
         /// it did not have).
         mutating func expire() {
@@ -425,8 +432,7 @@ public final class StowFileSystem: Sendable {
             // removed after the record was observed (a listing on its way while an rsync renamed
             // its temp file) must not come back.
             if !e.unlinked && e.parent == parent && e.name.isSameName(name) {
-                s.inodes[parent]?.directory?.children[name] = ino
-                s.inodes[parent]?.directory?.negative[name] = nil
+                s.inodes[parent]?.directory?.place(FileName(name), ino)
             }
             return ino
         }
@@ -458,8 +464,7 @@ public final class StowFileSystem: Sendable {
             }
             if e.kind == .directory && e.directory == nil { e.directory = DirectoryState() }
             s.inodes[ino] = e
-            s.inodes[parent]?.directory?.children[name] = ino
-            s.inodes[parent]?.directory?.negative[name] = nil
+            s.inodes[parent]?.directory?.place(FileName(name), ino)
             return ino
         }
         if let existing = s.inodes[parent]?.directory?.children[name], var e = s.inodes[existing], e.kind == r.kind, !e.unlinked,
@@ -474,7 +479,7 @@ public final class StowFileSystem: Sendable {
             s.byRemote[r.inode] = existing
             return existing
         }
-        let ino = r.inode >= InodeNumber.firstLocal || s.inodes[r.inode] != nil ? newLocalInode(&s) : r.inode
+        let ino = r.inode >= InodeNumber.firstLocal || s.inodes.contains(r.inode) ? newLocalInode(&s) : r.inode
         var e = InodeEntry(
             ino: ino, parent: parent, name: name, attributes: attributes(r, ino: ino), validUntil: validUntil,
             remote: RemoteInfo(ino: r.inode, etag: r.etag))
@@ -487,8 +492,7 @@ public final class StowFileSystem: Sendable {
         }
         s.inodes[ino] = e
         s.byRemote[r.inode] = ino
-        s.inodes[parent]?.directory?.children[name] = ino
-        s.inodes[parent]?.directory?.negative[name] = nil
+        s.inodes[parent]?.directory?.place(FileName(name), ino)
         return ino
     }
 
