@@ -400,6 +400,8 @@ final class FuseAdapter: Sendable {
         let buf = UnsafeMutableBufferPointer<CChar>.allocate(capacity: capacity)
         defer { buf.deallocate() }
         var used = 0
+        var retained: [InodeNumber] = []
+        if plus { retained.reserveCapacity(entries.count) }
         for d in entries {
             let remaining = capacity - used
             let needed: Int
@@ -415,8 +417,9 @@ final class FuseAdapter: Sendable {
             }
             if needed > remaining { break }
             used += needed
-            if plus && d.entry != nil && d.name != "." && d.name != ".." { engine.retain(d.ino) }
+            if plus && d.entry != nil && d.name != "." && d.name != ".." { retained.append(d.ino) }
         }
+        if !retained.isEmpty { engine.retain(retained) }
         fuse_reply_buf(req.raw, buf.baseAddress, used)
         req.finished()
     }

@@ -97,6 +97,22 @@ struct WriteMountTests {
         }
     }
 
+    @Test("echo x > tmp; mv tmp P; rm P over a stored P: no P, here or on the server, after a remount too")
+    func replacedThenRemoved() async throws {
+        try await withMount { m in
+            let dir = m.mountpoint
+            try m.sh("echo old > \(dir)/P")
+            try m.stowfs(["sync", m.mountpoint])
+            try m.sh("echo x > \(dir)/tmp && mv \(dir)/tmp \(dir)/P && rm \(dir)/P")
+            #expect(try m.sh("ls -A \(dir)") == "")
+            try m.stowfs(["sync", m.mountpoint])
+            await #expect(throws: (any Error).self) { try await m.storedBytes("P") }
+            try m.unmountFS()
+            try m.mountFS()
+            #expect(try m.sh("ls -A \(dir)") == "")
+        }
+    }
+
     @Test("tar x of a source tree, then a second rsync -a of it transfers nothing")
     func tarAndRsync() async throws {
         try await withMount { m in

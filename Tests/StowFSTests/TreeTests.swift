@@ -165,6 +165,52 @@ struct EngineTreeTests {
         }
     }
 
+    @Test("a temp file renamed over a stored file, then removed before its upload: the stored file goes too")
+    func replacedThenRemoved() async throws {
+        try await withEngine { h in
+            try await h.write("P", "old")
+            await h.fs.sync()
+            try await h.write("tmp", "x")
+            try await h.rename("tmp", "P")
+            try await h.unlink("P")
+            #expect(try await h.names("") == [])
+            await h.fs.sync()
+            await #expect(throws: StorageError.self) { try await h.storedRecord("P") }
+            await #expect(throws: StorageError.self) { try await h.storedRecord("tmp") }
+        }
+    }
+
+    @Test("a temp file renamed over a stored file, then on to another name before its upload: the stored file goes")
+    func replacedThenMoved() async throws {
+        try await withEngine { h in
+            try await h.write("P", "old")
+            await h.fs.sync()
+            try await h.write("tmp", "x")
+            try await h.rename("tmp", "P")
+            try await h.rename("P", "Q")
+            #expect(try await h.names("") == ["Q"])
+            await h.fs.sync()
+            #expect(try await h.stored("Q") == "x")
+            await #expect(throws: StorageError.self) { try await h.storedRecord("P") }
+            #expect(try await h.names("") == ["Q"])
+        }
+    }
+
+    @Test("a temp file renamed over a stored file that another client changed meanwhile, then removed: the other client's file stays")
+    func replacedChangedElsewhereThenRemoved() async throws {
+        try await withEngine { h in
+            try await h.write("P", "old")
+            await h.fs.sync()
+            try await h.write("tmp", "x")
+            try await h.rename("tmp", "P")
+            // Another client writes P anew (new content: a new ETag) before this mount's rm.
+            _ = try await h.store.upload(.bytes(ByteBuffer(string: "theirs")), size: 6, to: ns, try StoragePath("P"))
+            try await h.unlink("P")
+            await h.fs.sync()
+            #expect(try await h.stored("P") == "theirs")
+        }
+    }
+
     @Test("renaming a stored file renames it on the server, keeping its inode")
     func renameStored() async throws {
         try await withEngine { h in

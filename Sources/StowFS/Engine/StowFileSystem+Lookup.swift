@@ -218,6 +218,13 @@ extension StowFileSystem {
         state.withLock { $0.inodes[ino]?.lookups += 1 }
     }
 
+    /// A lookup reference on each of `inos` (a readdirplus reply's entries), under one lock.
+    public func retain(_ inos: [InodeNumber]) {
+        state.withLock { s in
+            for ino in inos { s.inodes[ino]?.lookups += 1 }
+        }
+    }
+
     /// Attributes, from the cache when fresh.
     public func attributesCached(_ ino: InodeNumber) -> FileAttributes? {
         state.withLock { s in

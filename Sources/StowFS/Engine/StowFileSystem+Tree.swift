@@ -136,8 +136,8 @@ extension StowFileSystem {
     }
 
     private func unlinkLocked(parent: InodeNumber, name: String, ino: InodeNumber) async throws(FSError) {
-        let (location, owed, remote, lastName, remaining) = try state.withLock {
-            (s: inout State) throws(FSError) -> (Location, [Int64], RemoteInfo?, Bool, Location?) in
+        let (location, owed, remote, lastName, remaining, replaced) = try state.withLock {
+            (s: inout State) throws(FSError) -> (Location, [Int64], RemoteInfo?, Bool, Location?, RemoteInfo?) in
             var e = try inode(s, ino)
             guard e.kind != .directory else { throw FSError.isADirectory }
             if e.local?.stream != nil {
@@ -150,7 +150,9 @@ extension StowFileSystem {
             // search walks every listed folder (done for every unlink, it made `rm -rf` of a folder
             // of 100,000 files quadratic).
             let other = e.attributes.nlink <= 1 ? nil : otherName(s, of: ino, besides: parent, name).flatMap { o in try? child(try self.location(s, o.parent), o.name) }
-            return (try child(try self.location(s, parent), name), e.owedUploads + (e.local?.heldUpload.map { [$0] } ?? []), e.remote, e.attributes.nlink <= 1, other)
+            return (
+                try child(try self.location(s, parent), name), e.owedUploads + (e.local?.heldUpload.map { [$0] } ?? []), e.remote, e.attributes.nlink <= 1,
+                other, e.local?.replaced)
         }
         // The server's file, as this mount last knew it (its inode, and its ETag).
         var stored = remote.map { (ino: $0.ino, etag: $0.etag) }
@@ -164,6 +166,8 @@ extension StowFileSystem {
                     stored = (landed.inode, landed.etag)
                 }
             }
+            // None landed, and it was to replace a stored file at this path: that file goes instead.
+            if stored == nil, let replaced { stored = (replaced.ino, replaced.etag) }
         } else if let remaining {
             // Uploads owed under the name that goes land under one that stays (else they would bring it back).
             for id in owed where await queue.record(id)?.location == location { _ = await queue.retarget(id, to: remaining) }
@@ -301,6 +305,14 @@ extension StowFileSystem {
         if let d = dstEntry, d.kind != .directory, d.attributes.nlink <= 1 {
             for id in d.owedUploads + (d.local?.heldUpload.map { [$0] } ?? []) { _ = await cancelUpload(id, ino: d.ino) }
         }
+        // Without a rename on the server, the stored file at the target stays there until the
+        // moved upload lands over it (`LocalContent.replaced`); one this file was to replace at its
+        // old name is deleted, since the upload now lands elsewhere.
+        let replacedHere = needsServerRename ? nil : srcEntry.local?.replaced
+        var replacesThere: RemoteInfo?
+        if !needsServerRename, srcEntry.kind != .directory, let d = dstEntry, d.kind != .directory, d.attributes.nlink <= 1 {
+            replacesThere = d.remote ?? d.local?.replaced
+        }
         if needsServerRename {
             do {
                 _ = try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: true, exchange: false)
@@ -311,7 +323,9 @@ extension StowFileSystem {
             }
         }
         await queue.resume(ids)
+        if let r = replacedHere { try queueDelete(srcLoc, remoteIno: r.ino, etag: r.etag) }
         state.withLock { s in
+            if s.inodes[src]?.local != nil { s.inodes[src]?.local?.replaced = replacesThere }
             if let dst {
                 removeName(&s, parent: newParent, name: newName, ino: dst)
                 if srcEntry.kind == .directory && s.inodes[newParent]?.attributes.nlink ?? 0 > 2 { s.inodes[newParent]?.attributes.nlink -= 1 }

@@ -105,6 +105,11 @@ public final class StowFileSystem: Sendable {
         var stream: ContentStream?
         /// The server got this content by a stream: once closed, the copy is not needed.
         var streamed = false
+        /// The stored file this content's upload is to replace at the file's path: a file written
+        /// here and renamed over a stored one (`mv tmp P`) leaves the server's `P` in place until its
+        /// upload lands there. If it never does (the file is removed, or renamed on, first), that
+        /// stored file is deleted instead (else `mv tmp P; rm P` brought the old `P` back).
+        var replaced: RemoteInfo?
 
         /// The bytes changed: dirty, and no longer known durable.
         mutating func changed() {

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# A cold listing through the cluster (W5 cold of issue 15), counted in instructions rather than
+# timed: a 2-core VM's wall times move by a third from one minute to the next, instruction counts
+# by a fraction of a percent. Starts scripts/cluster.sh in a folder of its own, stores FILES files
+# of 4 KiB in one folder, then, RUNS times each:
+#   - mount: a fresh mount with an empty cache, then `ls -lR` of the folder; the mount's user-space
+#     instructions and page faults during the `ls` (`perf stat -p`), and the `ls`'s wall time;
+#   - page: `GET browse?fields=posix` of the folder (a page of up to 1,000 records) straight to
+#     replica 1, 20 times; the replica's and PostgreSQL's user-space instructions per page.
+# Then it stops the cluster. Run as root (it mounts, and perf attaches to the processes).
+# Binaries: $STOW_BIN_DIR (default .build/release); point it at another build's to compare.
+#
+#   bench/cold-listing.sh [--files 1000] [--runs 3]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bin="${STOW_BIN_DIR:-$root/.build/release}"
+files=1000; runs=3
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --files) files="$2"; shift 2 ;;
+        --runs) runs="$2"; shift 2 ;;
+        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+[ -x "$bin/stowfs" ] && [ -x "$bin/stowd" ] || { echo "no stowfs and stowd in $bin: run swift build -c release (or set STOW_BIN_DIR)" >&2; exit 1; }
+command -v perf >/dev/null || { echo "perf is needed (apt-get install -y linux-perf)" >&2; exit 1; }
+command -v curl >/dev/null || { echo "curl is needed" >&2; exit 1; }
+work="$(mktemp -d /var/tmp/stow-cold-listing-XXXXXX)"
+chmod 711 "$work"
+cdir="$work/cluster"; mnt="$work/mnt"; pid=""
+cleanup() {
+    if mountpoint -q "$mnt" 2>/dev/null; then "$bin/stowfs" unmount "$mnt" >/dev/null 2>&1 || umount -l "$mnt" 2>/dev/null || true; fi
+    [ -n "$pid" ] && wait "$pid" 2>/dev/null || true
+    [ -f "$cdir/state" ] && "$root/scripts/cluster.sh" down --dir "$cdir" >/dev/null 2>&1
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+mount_fresh() {
+    rm -rf "$work/cache"
+    STOWFS_TOKEN="$token" "$bin/stowfs" mount bench "$mnt" --endpoint "$endpoint" --cache-dir "$work/cache" "$@" \
+        --foreground --log-level warning >"$work/mount.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 200); do mountpoint -q "$mnt" && break; sleep 0.05; done
+    mountpoint -q "$mnt" || { echo "the mount did not come up:" >&2; cat "$work/mount.log" >&2; exit 1; }
+}
+unmount() {
+    STOWFS_TOKEN="$token" "$bin/stowfs" unmount "$mnt" >/dev/null
+    wait "$pid" 2>/dev/null || true
+    pid=""
+}
+counted() { sed -n "s/^ *\([0-9,]*\) *$1.*/\1/p" "$2" | tr -d , | head -1; }
+
+mkdir -p "$work/src/small" "$mnt"
+for i in $(seq "$files"); do head -c 4096 /dev/urandom > "$work/src/small/$(printf 'f%05d' "$i")"; done
+STOW_BIN_DIR="$bin" "$root/scripts/cluster.sh" up --dir "$cdir" >/dev/null 2>&1
+endpoint="$(. "$cdir/state"; echo "$endpoint")"
+replica="$(. "$cdir/state"; echo "$replica_1_url")"
+replica_pid="$(. "$cdir/state"; echo "$replica_1_pid")"
+token="$(cat "$cdir/token")"
+mount_fresh --create
+cp -r "$work/src/small" "$mnt/" && STOWFS_TOKEN="$token" "$bin/stowfs" sync "$mnt" >/dev/null
+unmount
+
+echo "cold ls -lR of $files files through the cluster (a fresh mount, an empty cache each time):"
+for r in $(seq "$runs"); do
+    mount_fresh
+    sleep 0.3
+    s=$(date +%s%N)
+    perf stat -e instructions:u,page-faults -p "$pid" -o "$work/perf.out" -- ls -lR "$mnt/small" >/dev/null
+    e=$(date +%s%N)
+    echo "  run $r: the mount $(counted instructions "$work/perf.out") instructions, $(counted page-faults "$work/perf.out") page faults; ls $(( (e - s) / 1000000 )) ms (perf attached)"
+    unmount
+done
+
+url="$replica/service/application/assets/v1.0/namespaces/bench/browse?prefix=small/&delimiter=/&limit=1000&fields=posix"
+get() { for _ in $(seq "$1"); do curl -fsS -o /dev/null -H "Authorization: Bearer $token" "$url"; done; }
+get 3
+# PostgreSQL's processes come and go (autovacuum workers): counted over those alive at the start,
+# tried again if one went before perf attached.
+count_pg() {
+    for _ in 1 2 3 4 5; do
+        perf stat -e instructions:u -p "$(pgrep -d, -x postgres)" -o "$work/pg.out" -- bash -c "$(declare -f get); url='$url' token='$token' get 20" 2>/dev/null \
+            && return 0
+    done
+    return 1
+}
+echo "GET browse of the folder (a page of up to 1,000 posix records) straight to replica 1, per page:"
+for r in $(seq "$runs"); do
+    perf stat -e instructions:u -p "$replica_pid" -o "$work/stowd.out" -- bash -c "$(declare -f get); url='$url' token='$token' get 20"
+    count_pg
+    echo "  run $r: stowd $(( $(counted instructions "$work/stowd.out") / 20 )) instructions, PostgreSQL $(( $(counted instructions "$work/pg.out") / 20 ))"
+done
