@@ -28,9 +28,10 @@ chmod 711 "$work"
 cdir="$work/cluster"; mnt="$work/mnt"; pid=""
 cleanup() {
     if mountpoint -q "$mnt" 2>/dev/null; then "$bin/stowfs" unmount "$mnt" >/dev/null 2>&1 || umount -l "$mnt" 2>/dev/null || true; fi
-    [ -n "$pid" ] && wait "$pid" 2>/dev/null || true
-    [ -f "$cdir/state" ] && "$root/scripts/cluster.sh" down --dir "$cdir" >/dev/null 2>&1
-    rm -rf "$work"
+    if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+    if [ -f "$cdir/state" ]; then "$root/scripts/cluster.sh" down --dir "$cdir" >/dev/null 2>&1 || true; fi
+    # Never through a mount that would not go.
+    if mountpoint -q "$mnt" 2>/dev/null; then echo "left $work: $mnt is still mounted" >&2; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 ms() { echo $(( ($2 - $1) / 1000000 )); }

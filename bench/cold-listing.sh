@@ -31,9 +31,10 @@ chmod 711 "$work"
 cdir="$work/cluster"; mnt="$work/mnt"; pid=""
 cleanup() {
     if mountpoint -q "$mnt" 2>/dev/null; then "$bin/stowfs" unmount "$mnt" >/dev/null 2>&1 || umount -l "$mnt" 2>/dev/null || true; fi
-    [ -n "$pid" ] && wait "$pid" 2>/dev/null || true
-    [ -f "$cdir/state" ] && "$root/scripts/cluster.sh" down --dir "$cdir" >/dev/null 2>&1
-    rm -rf "$work"
+    if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+    if [ -f "$cdir/state" ]; then "$root/scripts/cluster.sh" down --dir "$cdir" >/dev/null 2>&1 || true; fi
+    # Never through a mount that would not go.
+    if mountpoint -q "$mnt" 2>/dev/null; then echo "left $work: $mnt is still mounted" >&2; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 
@@ -78,7 +79,8 @@ url="$replica/service/application/assets/v1.0/namespaces/bench/browse?prefix=sma
 get() { for _ in $(seq "$1"); do curl -fsS -o /dev/null -H "Authorization: Bearer $token" "$url"; done; }
 get 3
 # PostgreSQL's processes come and go (autovacuum workers): counted over those alive at the start,
-# tried again if one went before perf attached.
+# tried again if one went before perf attached. (Every postgres on the machine: run it where the
+# cluster's is the only one.)
 count_pg() {
     for _ in 1 2 3 4 5; do
         perf stat -e instructions:u -p "$(pgrep -d, -x postgres)" -o "$work/pg.out" -- bash -c "$(declare -f get); url='$url' token='$token' get 20" 2>/dev/null \

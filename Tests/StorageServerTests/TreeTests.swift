@@ -254,7 +254,7 @@ struct TreeTests {
             #expect(try await page("prefix=e/x") == (0, []))
             #expect(try await page("prefix=e/&search=zzz") == (0, []))
             #expect(try await page("prefix=e/&search=O") == (2, ["one.txt", "two.txt"]))
-            for (folder, status) in [("nowhere/", 404), ("e/nowhere/", 404), ("e/one.txt/", 409)] {
+            for (folder, status) in [("nowhere/", 404), ("e/nowhere/", 404), ("nowhere/x", 404), ("e/nowhere/o", 404), ("e/one.txt/", 409), ("e/one.txt/x", 409)] {
                 let answer = try await s.raw.send("GET", Routes.browse(testNamespace) + "?delimiter=/&fields=posix&prefix=" + folder)
                 #expect(answer.status == status, "\(folder): \(answer.status)")
             }

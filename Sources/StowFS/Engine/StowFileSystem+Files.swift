@@ -297,7 +297,10 @@ extension StowFileSystem {
                     if e.local != nil { stopStream(&e.local!, "a second writer") }
                     if let newFile {
                         let writers = e.local?.writers ?? 0
+                        let replaced = e.local?.replaced
                         e.local = LocalContent(file: newFile, size: 0, dirty: true, writers: writers, frozen: false, heldUpload: e.local?.heldUpload)
+                        // New content, the same path: its upload still replaces what the server keeps there.
+                        e.local?.replaced = replaced
                         e.local?.appendOnly = writers == 0
                         e.attributes.size = 0
                         e.attributes.mtime = .now

@@ -372,14 +372,20 @@ extension StowFileSystem {
     }
 
     /// Lists the root as a lookup would, before the mount appears: the first `ls` or `stat` of a
-    /// fresh mount is answered from it instead of waiting for a request of its own (7–13 ms through
-    /// the cluster, a tenth of a cold `ls -lR` of 1,000 files). A listing that takes longer than
-    /// `limit` is given up (the first lookup lists the root, as it would have). The listing is as
-    /// fresh as any other: trusted for the TTL, kept by the feed once the feed is followed.
+    /// name in it is answered from that listing instead of waiting for a request of its own (7–13
+    /// ms through the cluster, a tenth of a cold `ls -lR` of 1,000 files). Its names answer as any
+    /// listed name does (trusted for the TTL); but the listing is not taken as whole: a name it
+    /// lacks, and `readdir`, still ask the server, as on a mount without it. (Taken whole, a name
+    /// another client made just after the mount started was missing here for the whole TTL: the
+    /// feed is followed only once the mount is there, and does not bring what came before.) A
+    /// listing that takes longer than `limit` is given up.
     public func listRootAhead(within limit: Duration) async {
         do {
             let complete = try await Self.within(limit) { () async throws -> Bool in try await self.refreshDirectory(.root, cap: Self.lookupListingCap) }
-            if !complete { state.withLock { s in s.inodes[.root]?.directory?.tooLargeToListUntil = .now + Self.tooLargeToListFor } }
+            state.withLock { s in
+                s.inodes[.root]?.directory?.complete = false
+                if !complete { s.inodes[.root]?.directory?.tooLargeToListUntil = .now + Self.tooLargeToListFor }
+            }
         } catch {
             logger.debug("listing the root ahead: \(error)")
         }

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Synchronization
 import StorageClient
 import StorageProtocol
@@ -301,17 +302,27 @@ extension StowFileSystem {
             let outcome = await queue.retarget(m.id, to: m.from.rebased(from: srcLoc, to: dstLoc))
             if case .alreadyStored = outcome { needsServerRename = true } else { retargeted.append((m.id, m.from)) }
         }
-        // What the target held is replaced: its owed uploads will not happen.
+        // What the target held is replaced: its owed uploads will not happen. (The newest that
+        // landed meanwhile is what the server has at the target now.)
+        var targetLanded: RemoteInfo?
         if let d = dstEntry, d.kind != .directory, d.attributes.nlink <= 1 {
-            for id in d.owedUploads + (d.local?.heldUpload.map { [$0] } ?? []) { _ = await cancelUpload(id, ino: d.ino) }
+            var newest: Int64 = 0
+            for id in d.owedUploads + (d.local?.heldUpload.map { [$0] } ?? []) {
+                if let landed = await cancelUpload(id, ino: d.ino), id > newest {
+                    newest = id
+                    targetLanded = RemoteInfo(ino: landed.inode, etag: landed.etag)
+                }
+            }
         }
         // Without a rename on the server, the stored file at the target stays there until the
         // moved upload lands over it (`LocalContent.replaced`); one this file was to replace at its
-        // old name is deleted, since the upload now lands elsewhere.
-        let replacedHere = needsServerRename ? nil : srcEntry.local?.replaced
+        // old name is deleted, since the upload now lands elsewhere. Read as they are now, after
+        // the waits above.
+        let replacedHere = needsServerRename ? nil : state.withLock { $0.inodes[src]?.local?.replaced }
         var replacesThere: RemoteInfo?
         if !needsServerRename, srcEntry.kind != .directory, let d = dstEntry, d.kind != .directory, d.attributes.nlink <= 1 {
-            replacesThere = d.remote ?? d.local?.replaced
+            let now = state.withLock { s in s.inodes[d.ino].map { ($0.remote, $0.local?.replaced) } }
+            replacesThere = targetLanded ?? now?.0 ?? d.remote ?? now?.1 ?? d.local?.replaced
         }
         if needsServerRename {
             do {
@@ -323,7 +334,15 @@ extension StowFileSystem {
             }
         }
         await queue.resume(ids)
-        if let r = replacedHere { try queueDelete(srcLoc, remoteIno: r.ino, etag: r.etag) }
+        if let r = replacedHere {
+            // The rename is done from here on: a delete the journal could not take is logged, not
+            // thrown (the old file then stays on the server, as it would have before).
+            do throws(FSError) {
+                try queueDelete(srcLoc, remoteIno: r.ino, etag: r.etag)
+            } catch {
+                logger.error("\(srcLoc): the file this one replaced stays on the server: its delete could not be queued: \(error)")
+            }
+        }
         state.withLock { s in
             if s.inodes[src]?.local != nil { s.inodes[src]?.local?.replaced = replacesThere }
             if let dst {

@@ -440,11 +440,15 @@ public final class PostgresMetadataStore: MetadataStore {
                 try take(try row[columns.total].decode(Int64.self), try row[columns.name].decode(String.self), try Self.decodeInode(row, columns.0))
             }
             if rows.isEmpty {
+                // The folder resolved in a target list, so that a missing folder (or a file) is
+                // refused whatever the plan: in a WHERE clause, a scan of no rows never called it.
                 let total = try await self.rows(
                     """
-                    SELECT count(*) AS total FROM entries c WHERE c.parent = stow_resolve_folder(stow_root(\(ns.name)), \(query.folder.segments))
+                    WITH f AS MATERIALIZED (SELECT stow_resolve_folder(stow_root(\(ns.name)), \(query.folder.segments)) AS folder)
+                    SELECT (SELECT count(*) FROM entries c WHERE c.parent = f.folder
                         AND (\(prefix) = '' OR (c.name >= \(prefix) AND starts_with(c.name, \(prefix))))
-                        AND (\(search)::text IS NULL OR \(search) = '' OR strpos(lower(c.name), lower(\(search)::text COLLATE "C")) > 0)
+                        AND (\(search)::text IS NULL OR \(search) = '' OR strpos(lower(c.name), lower(\(search)::text COLLATE "C")) > 0)) AS total
+                    FROM f
                     """
                 )
                 try take(try total.first?["total"].decode(Int64.self) ?? 0, nil, nil)
