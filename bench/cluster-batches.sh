@@ -21,30 +21,15 @@ while [ $# -gt 0 ]; do
         *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
-[ -x "$bin/stowfs" ] && [ -x "$bin/stowd" ] || { echo "no stowfs and stowd in $bin: run swift build -c release (or set STOW_BIN_DIR)" >&2; exit 1; }
 command -v psql >/dev/null || { echo "psql is needed (apt-get install -y postgresql-client)" >&2; exit 1; }
-work="$(mktemp -d /var/tmp/stow-cluster-batches-XXXXXX)"
-chmod 711 "$work"
-cdir="$work/cluster"; mnt="$work/mnt"; pid=""
-cleanup() {
-    if mountpoint -q "$mnt" 2>/dev/null; then "$bin/stowfs" unmount "$mnt" >/dev/null 2>&1 || umount -l "$mnt" 2>/dev/null || true; fi
-    if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-    if [ -f "$cdir/state" ]; then "$root/scripts/cluster.sh" down --dir "$cdir" >/dev/null 2>&1 || true; fi
-    # Never through a mount that would not go.
-    if mountpoint -q "$mnt" 2>/dev/null; then echo "left $work: $mnt is still mounted" >&2; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
+. "$root/bench/cluster-common.sh"
+cluster_bench_init cluster-batches
 ms() { echo $(( ($2 - $1) / 1000000 )); }
 
-mkdir -p "$work/src" "$mnt"
+mkdir -p "$work/src"
 for i in $(seq "$files"); do head -c 1024 /dev/urandom > "$work/src/f$i"; done
-STOW_BIN_DIR="$bin" "$root/scripts/cluster.sh" up --dir "$cdir" >/dev/null
-endpoint="$(. "$cdir/state"; echo "$endpoint")"
-STOWFS_TOKEN="$(cat "$cdir/token")" "$bin/stowfs" mount bench "$mnt" --endpoint "$endpoint" --cache-dir "$work/cache" --create \
-    --foreground --log-level warning >"$work/mount.log" 2>&1 &
-pid=$!
-for _ in $(seq 200); do mountpoint -q "$mnt" && break; sleep 0.05; done
-mountpoint -q "$mnt" || { echo "the mount did not come up:" >&2; cat "$work/mount.log" >&2; exit 1; }
+cluster_up
+mount_bench --create
 
 echo "rm -rf of $files files of 1 KiB through the cluster, until durable:"
 for r in $(seq "$runs"); do

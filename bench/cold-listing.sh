@@ -23,46 +23,22 @@ while [ $# -gt 0 ]; do
         *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
-[ -x "$bin/stowfs" ] && [ -x "$bin/stowd" ] || { echo "no stowfs and stowd in $bin: run swift build -c release (or set STOW_BIN_DIR)" >&2; exit 1; }
 command -v perf >/dev/null || { echo "perf is needed (apt-get install -y linux-perf)" >&2; exit 1; }
 command -v curl >/dev/null || { echo "curl is needed" >&2; exit 1; }
-work="$(mktemp -d /var/tmp/stow-cold-listing-XXXXXX)"
-chmod 711 "$work"
-cdir="$work/cluster"; mnt="$work/mnt"; pid=""
-cleanup() {
-    if mountpoint -q "$mnt" 2>/dev/null; then "$bin/stowfs" unmount "$mnt" >/dev/null 2>&1 || umount -l "$mnt" 2>/dev/null || true; fi
-    if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-    if [ -f "$cdir/state" ]; then "$root/scripts/cluster.sh" down --dir "$cdir" >/dev/null 2>&1 || true; fi
-    # Never through a mount that would not go.
-    if mountpoint -q "$mnt" 2>/dev/null; then echo "left $work: $mnt is still mounted" >&2; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-
+. "$root/bench/cluster-common.sh"
+cluster_bench_init cold-listing
 mount_fresh() {
     rm -rf "$work/cache"
-    STOWFS_TOKEN="$token" "$bin/stowfs" mount bench "$mnt" --endpoint "$endpoint" --cache-dir "$work/cache" "$@" \
-        --foreground --log-level warning >"$work/mount.log" 2>&1 &
-    pid=$!
-    for _ in $(seq 200); do mountpoint -q "$mnt" && break; sleep 0.05; done
-    mountpoint -q "$mnt" || { echo "the mount did not come up:" >&2; cat "$work/mount.log" >&2; exit 1; }
-}
-unmount() {
-    STOWFS_TOKEN="$token" "$bin/stowfs" unmount "$mnt" >/dev/null
-    wait "$pid" 2>/dev/null || true
-    pid=""
+    mount_bench "$@"
 }
 counted() { sed -n "s/^ *\([0-9,]*\) *$1.*/\1/p" "$2" | tr -d , | head -1; }
 
-mkdir -p "$work/src/small" "$mnt"
+mkdir -p "$work/src/small"
 for i in $(seq "$files"); do head -c 4096 /dev/urandom > "$work/src/small/$(printf 'f%05d' "$i")"; done
-STOW_BIN_DIR="$bin" "$root/scripts/cluster.sh" up --dir "$cdir" >/dev/null 2>&1
-endpoint="$(. "$cdir/state"; echo "$endpoint")"
-replica="$(. "$cdir/state"; echo "$replica_1_url")"
-replica_pid="$(. "$cdir/state"; echo "$replica_1_pid")"
-token="$(cat "$cdir/token")"
+cluster_up
 mount_fresh --create
 cp -r "$work/src/small" "$mnt/" && STOWFS_TOKEN="$token" "$bin/stowfs" sync "$mnt" >/dev/null
-unmount
+unmount_bench
 
 echo "cold ls -lR of $files files through the cluster (a fresh mount, an empty cache each time):"
 for r in $(seq "$runs"); do
@@ -72,7 +48,7 @@ for r in $(seq "$runs"); do
     perf stat -e instructions:u,page-faults -p "$pid" -o "$work/perf.out" -- ls -lR "$mnt/small" >/dev/null
     e=$(date +%s%N)
     echo "  run $r: the mount $(counted instructions "$work/perf.out") instructions, $(counted page-faults "$work/perf.out") page faults; ls $(( (e - s) / 1000000 )) ms (perf attached)"
-    unmount
+    unmount_bench
 done
 
 url="$replica/service/application/assets/v1.0/namespaces/bench/browse?prefix=small/&delimiter=/&limit=1000&fields=posix"
