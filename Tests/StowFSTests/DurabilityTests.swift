@@ -115,6 +115,54 @@ struct DurabilityTests {
         #expect(await second.fs.status().queue.files == 0)
     }
 
+    @Test(
+        "a stored file replaced (a temp file renamed over it, or written over), then a crash: listed after the restart it shows the new content; removed, the stored file goes too; kept, the new content lands",
+        arguments: [(true, true), (true, false), (false, true)])
+    func crashAfterReplacing(renamed: Bool, removeAfter: Bool) async throws {
+        let base = InMemoryObjectStore(namespaces: [ns])
+        let faulty = FaultInjectingObjectStore(wrapping: base)
+        let dir = FileManager.default.temporaryDirectory.path + "/stowfs-crash-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        do {
+            let first = try await Harness.make(store: faulty, cacheDirectory: dir)
+            try await first.write("P", "old")
+            await first.fs.sync()
+            faulty.isOffline = true
+            if renamed {
+                // Owed, then moved over P with no rename on the server: the upload now names P.
+                try await first.write("tmp", "x")
+                try await first.rename("tmp", "P")
+            } else {
+                try await first.write("P", "x")
+            }
+            await first.close(keepCache: true)
+        } catch {
+            Issue.record("\(error)")
+        }
+        // The next mount starts with uploads refused, so that the recovered one cannot land first.
+        faulty.isOffline = false
+        faulty.failAfter(0, of: .startUpload)
+        let second = try await Harness.make(store: faulty, cacheDirectory: dir)
+        defer { Task { await second.close() } }
+        // Listed first (the server still has the old P): the name shows what close returned for.
+        #expect(try await second.names("") == ["P"])
+        #expect(try await second.text("P") == "x")
+        if removeAfter {
+            try await second.unlink("P")
+            #expect(try await second.names("") == [])
+            faulty.stopFailing(.startUpload)
+            await second.fs.sync()
+            await #expect(throws: StorageError.self) { try await second.storedRecord("P") }
+            #expect(try await second.names("") == [])
+        } else {
+            faulty.stopFailing(.startUpload)
+            await second.fs.sync()
+            #expect(try await second.stored("P") == "x")
+            #expect(try await second.names("") == ["P"])
+        }
+        await #expect(throws: StorageError.self) { try await second.storedRecord("tmp") }
+    }
+
     @Test("a cache folder spelled another way at the next mount (a trailing slash): the owed copies are still the uploads' own, not spares", .timeLimit(.minutes(1)))
     func cacheFolderSpelledAnotherWay() async throws {
         let base = InMemoryObjectStore(namespaces: [ns])

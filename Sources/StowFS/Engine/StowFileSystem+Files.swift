@@ -850,12 +850,13 @@ extension StowFileSystem {
     }
 
     private func flushLocked(_ ino: InodeNumber, handle: UInt64) throws(FSError) {
-        let plan = try state.withLock { (s: inout State) throws(FSError) -> (CacheFile, Int64, UInt64, Int64?, Location, UploadParams, String?, [String]?)? in
+        let plan = try state.withLock {
+            (s: inout State) throws(FSError) -> (CacheFile, Int64, UInt64, Int64?, Location, UploadParams, String?, [String]?, UploadJournal.Deletion?)? in
             guard let h = s.handles[handle], h.writable, let e = s.inodes[ino], let local = e.local, local.dirty, !e.unlinked else { return nil }
             let (params, ct, tags) = uploadParams(e)
-            return (local.file, local.size, local.changes, local.heldUpload, try self.location(s, ino), params, ct, tags)
+            return (local.file, local.size, local.changes, local.heldUpload, try self.location(s, ino), params, ct, tags, Self.replaces(e))
         }
-        guard let (file, size, changes, held, location, params, contentType, tags) = plan else { return }
+        guard let (file, size, changes, held, location, params, contentType, tags, replaces) = plan else { return }
         // A small file's bytes go into its journal record — one commit makes both durable; a
         // larger copy is fsynced. `changes` was read before either: a write racing with it counts
         // as a later change.
@@ -872,7 +873,8 @@ extension StowFileSystem {
                 id = held
             } else {
                 id = try queue.enqueueHeld(
-                    location: location, cacheFile: file.path, size: size, params: params, contentType: contentType, tags: tags, content: content)
+                    location: location, cacheFile: file.path, size: size, params: params, contentType: contentType, tags: tags, content: content,
+                    replaces: replaces)
                 state.withLock { s in
                     s.inodes[ino]?.local?.heldUpload = id
                     s.uploadOwner[id] = ino
@@ -947,7 +949,8 @@ extension StowFileSystem {
             return held
         }
         if let redundant { _ = await cancelUpload(redundant, ino: ino) }
-        let plan = try? state.withLock { (s: inout State) throws(FSError) -> (CacheFile, Int64, Int64?, Bool, Location, UploadParams, String?, [String]?, [Int64])? in
+        let plan = try? state.withLock {
+            (s: inout State) throws(FSError) -> (CacheFile, Int64, Int64?, Bool, Location, UploadParams, String?, [String]?, [Int64], UploadJournal.Deletion?)? in
             guard var e = s.inodes[ino], var local = e.local, local.dirty, !e.unlinked else { return nil }
             if local.writers > 0 && onlyIfClosed { return nil }
             // Sent the usual way now: a stream must not complete after it.
@@ -975,9 +978,9 @@ extension StowFileSystem {
             e.submitting += 1
             e.changedAt = .now
             s.inodes[ino] = e
-            return (snapshot, local.size, held, durable, location, params, ct, tags, superseded)
+            return (snapshot, local.size, held, durable, location, params, ct, tags, superseded, Self.replaces(e))
         }
-        guard let (snapshot, size, held, durable, location, params, contentType, tags, superseded) = plan ?? nil else { return nil }
+        guard let (snapshot, size, held, durable, location, params, contentType, tags, superseded, replaces) = plan ?? nil else { return nil }
         /// Undoes the plan: the content is dirty again, with its held record and its owed upload.
         func restore(_ why: String) -> FSError {
             logger.error("cannot hand \(location) to the upload queue: \(why)")
@@ -1011,7 +1014,8 @@ extension StowFileSystem {
                 id = try await queue.release(held, cacheFile: snapshot.path, size: size, params: params, contentDurable: durable)
                 state.withLock { $0.uploadOwner[held] = nil }
             } else {
-                id = try await queue.enqueue(location: location, cacheFile: snapshot.path, size: size, params: params, contentType: contentType, tags: tags)
+                id = try await queue.enqueue(
+                    location: location, cacheFile: snapshot.path, size: size, params: params, contentType: contentType, tags: tags, replaces: replaces)
             }
         } catch {
             throw restore("the journal could not record it (\(error))")

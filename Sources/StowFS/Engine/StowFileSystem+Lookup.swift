@@ -182,6 +182,8 @@ extension StowFileSystem {
         e.meta = FileMeta(tags: r.tags ?? [], metadata: p.metadata ?? [:], contentType: r.contentType, isPublic: p.isPublic ?? false)
         if let file = try? CacheFile(path: r.cacheFile) {
             e.local = LocalContent(file: file, size: r.size, dirty: false, writers: 0, frozen: true, heldUpload: nil)
+            // The stored file it lands over, should it be removed first.
+            e.local?.replaced = r.replaces.map { RemoteInfo(ino: $0.remoteIno, etag: $0.ifMatch ?? "") }
         }
         e.upload = r.id
         e.lookups = 1
@@ -417,6 +419,14 @@ extension StowFileSystem {
                     s.inodes[ino]?.directory?.children.reserveCapacity(max(known, records.count))
                 }
                 for r in records where !deletedHere(s, r, observedAt: started) {
+                    // A name whose upload was recovered from the journal shows that content (what
+                    // close returned for), not the server's older file, which it will land over.
+                    if !s.recovered.isEmpty, let loc = try? child(location, r.fileName), let recovered = s.recovered[loc] {
+                        let e = claimRecovered(&s, recovered, parent: ino, name: r.fileName)
+                        s.inodes[e.ino]?.lookups -= 1
+                        names[r.fileName] = e.ino
+                        continue
+                    }
                     names[r.fileName] = upsert(&s, r, parent: ino, name: r.fileName, observedAt: started)
                 }
             }

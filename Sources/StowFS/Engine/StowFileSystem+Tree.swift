@@ -324,6 +324,11 @@ extension StowFileSystem {
             let now = state.withLock { s in s.inodes[d.ino].map { ($0.remote, $0.local?.replaced) } }
             replacesThere = targetLanded ?? now?.0 ?? d.remote ?? now?.1 ?? d.local?.replaced
         }
+        if !needsServerRename {
+            // Journaled with the moved uploads, for a mount started after a crash.
+            let replaces = replacesThere.map { UploadJournal.Deletion(remoteIno: $0.ino, ifMatch: $0.etag.isEmpty ? nil : $0.etag) }
+            await queue.setReplaces(retargeted.map(\.0), replaces)
+        }
         if needsServerRename {
             do {
                 _ = try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: true, exchange: false)

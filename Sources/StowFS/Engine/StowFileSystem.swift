@@ -516,6 +516,12 @@ public final class StowFileSystem: Sendable {
     }
 
     /// Upload parameters for an inode's content (mode, owner, times, metadata).
+    /// The stored file an upload of `e` is to land over: the one it has, or the one a rename onto
+    /// its name found there (journaled with the upload: `UploadJournal.Record.replaces`).
+    static func replaces(_ e: InodeEntry) -> UploadJournal.Deletion? {
+        (e.remote ?? e.local?.replaced).map { UploadJournal.Deletion(remoteIno: $0.ino, ifMatch: $0.etag.isEmpty ? nil : $0.etag) }
+    }
+
     func uploadParams(_ e: InodeEntry) -> (UploadParams, contentType: String?, tags: [String]?) {
         let a = e.attributes
         let p = UploadParams(

@@ -39,6 +39,11 @@ public final class UploadJournal: Sendable {
         /// Set for a delete owed to the server (an unlink), not an upload: `location` goes, and
         /// the record has no content (`cacheFile` is empty).
         public var deletion: Deletion? = nil
+        /// For an upload: the server's file it is to land over (the one at its path when it was
+        /// written, or renamed onto). Should the upload be dropped (its file removed, or renamed on,
+        /// first), that file is deleted instead, on the same conditions as a delete record's.
+        /// Kept so that a mount started after a crash knows it too.
+        public var replaces: Deletion? = nil
 
         public var isDeletion: Bool { deletion != nil }
     }
@@ -103,6 +108,11 @@ public final class UploadJournal: Sendable {
             try db.execute(sql: "ALTER TABLE uploads ADD COLUMN delete_ino INTEGER")
             try db.execute(sql: "ALTER TABLE uploads ADD COLUMN delete_if_match TEXT")
         }
+        // The stored file an upload is to replace (`Record.replaces`).
+        migrator.registerMigration("v4 replaces") { db in
+            try db.execute(sql: "ALTER TABLE uploads ADD COLUMN replaces_ino INTEGER")
+            try db.execute(sql: "ALTER TABLE uploads ADD COLUMN replaces_if_match TEXT")
+        }
         try migrator.migrate(db)
     }
 
@@ -116,11 +126,11 @@ public final class UploadJournal: Sendable {
     /// `contentLimit`), the copy need not have been fsynced: `restoreContents` writes it back after a crash.
     public func insert(
         location: Location, cacheFile: String, size: Int64, params: UploadParams, contentType: String?, tags: [String]?, patch: FilePatch?,
-        state: Record.State, content: Data? = nil
+        state: Record.State, content: Data? = nil, replaces: Deletion? = nil
     ) throws -> Int64 {
         guard let ns = location.namespace else { throw FSError.notPermitted }
         return try grouped { db in
-            try Self.insertRow(db, ns, location, cacheFile, size, params, contentType, tags, patch, state, content: content)
+            try Self.insertRow(db, ns, location, cacheFile, size, params, contentType, tags, patch, state, content: content, replaces: replaces)
         }
     }
 
@@ -237,7 +247,7 @@ public final class UploadJournal: Sendable {
     /// `carryContent`: the bytes are those the held record keeps (unchanged since): the new record keeps them too.
     public func requeue(
         _ heldID: Int64, location: Location, cacheFile: String, size: Int64, params: UploadParams, contentType: String?, tags: [String]?,
-        patch: FilePatch?, synced: Bool = true, carryContent: Bool = false
+        patch: FilePatch?, replaces: Deletion?, synced: Bool = true, carryContent: Bool = false
     ) throws -> Int64 {
         guard let ns = location.namespace else { throw FSError.notPermitted }
         return try db.writeWithoutTransaction { db in
@@ -245,7 +255,7 @@ public final class UploadJournal: Sendable {
             defer { if !synced { try? db.execute(sql: "PRAGMA synchronous = FULL") } }
             var id: Int64 = 0
             try db.inTransaction {
-                id = try Self.insertRow(db, ns, location, cacheFile, size, params, contentType, tags, patch, .queued)
+                id = try Self.insertRow(db, ns, location, cacheFile, size, params, contentType, tags, patch, .queued, replaces: replaces)
                 if carryContent {
                     try db.cachedStatement(sql: "UPDATE uploads SET content = (SELECT content FROM uploads WHERE id = ?) WHERE id = ?").execute(arguments: [heldID, id])
                 }
@@ -258,16 +268,18 @@ public final class UploadJournal: Sendable {
 
     private static func insertRow(
         _ db: Database, _ ns: Namespace, _ location: Location, _ cacheFile: String, _ size: Int64, _ params: UploadParams,
-        _ contentType: String?, _ tags: [String]?, _ patch: FilePatch?, _ state: Record.State, content: Data? = nil
+        _ contentType: String?, _ tags: [String]?, _ patch: FilePatch?, _ state: Record.State, content: Data? = nil, replaces: Deletion?
     ) throws -> Int64 {
         try db.cachedStatement(
             sql: """
-                INSERT INTO uploads(namespace, path, cache_file, size, params, content_type, tags, patch, state, created, content)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO uploads(namespace, path, cache_file, size, params, content_type, tags, patch, state, created, content,
+                    replaces_ino, replaces_if_match)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """).execute(
             arguments: [
                 ns.name, location.path.string, cacheFile, size, json(params), contentType, json(tags), json(patch),
-                state.rawValue, Int64(Date().timeIntervalSince1970 * 1000), content,
+                state.rawValue, Int64(Date().timeIntervalSince1970 * 1000), content, replaces.map { Int64(bitPattern: $0.remoteIno) },
+                replaces?.ifMatch,
             ])
         return db.lastInsertedRowID
     }
@@ -282,7 +294,8 @@ public final class UploadJournal: Sendable {
                     tags: Self.decode(row["tags"], [String].self), patch: Self.decode(row["patch"], FilePatch.self),
                     session: Self.decode(row["session"], StartUploadResponse.self), state: Record.State(rawValue: row["state"]) ?? .queued,
                     attempts: row["attempts"], lastError: row["last_error"], nextAttempt: row["next_attempt"], created: row["created"],
-                    deletion: (row["delete_ino"] as Int64?).map { Deletion(remoteIno: UInt64(bitPattern: $0), ifMatch: row["delete_if_match"]) })
+                    deletion: (row["delete_ino"] as Int64?).map { Deletion(remoteIno: UInt64(bitPattern: $0), ifMatch: row["delete_if_match"]) },
+                    replaces: (row["replaces_ino"] as Int64?).map { Deletion(remoteIno: UInt64(bitPattern: $0), ifMatch: row["replaces_if_match"]) })
             }
         }
     }
@@ -294,11 +307,12 @@ public final class UploadJournal: Sendable {
             try db.cachedStatement(
                 sql: """
                     UPDATE uploads SET namespace = ?, path = ?, cache_file = ?, size = ?, params = ?, content_type = ?, tags = ?, patch = ?,
-                        session = ?, state = ?, attempts = ?, last_error = ?, next_attempt = ? WHERE id = ?
+                        session = ?, state = ?, attempts = ?, last_error = ?, next_attempt = ?, replaces_ino = ?, replaces_if_match = ? WHERE id = ?
                     """).execute(
                 arguments: [
                     ns.name, r.location.path.string, r.cacheFile, r.size, Self.json(r.params), r.contentType, Self.json(r.tags), Self.json(r.patch),
-                    Self.json(r.session), r.state.rawValue, r.attempts, r.lastError, r.nextAttempt, r.id,
+                    Self.json(r.session), r.state.rawValue, r.attempts, r.lastError, r.nextAttempt, r.replaces.map { Int64(bitPattern: $0.remoteIno) },
+                    r.replaces?.ifMatch, r.id,
                 ])
         }
     }

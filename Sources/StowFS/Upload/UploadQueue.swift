@@ -253,14 +253,17 @@ public actor UploadQueue {
     /// Records an upload owed to the server; returns its id. (Held records come from `enqueueHeld`.)
     @discardableResult
     public func enqueue(
-        location: Location, cacheFile: String, size: Int64, params: UploadParams, contentType: String?, tags: [String]?
+        location: Location, cacheFile: String, size: Int64, params: UploadParams, contentType: String?, tags: [String]?,
+        replaces: UploadJournal.Deletion? = nil
     ) throws -> Int64 {
         let state = UploadJournal.Record.State.queued
         let id = try journal.insert(
-            location: location, cacheFile: cacheFile, size: size, params: params, contentType: contentType, tags: tags, patch: nil, state: state)
+            location: location, cacheFile: cacheFile, size: size, params: params, contentType: contentType, tags: tags, patch: nil, state: state,
+            replaces: replaces)
         records[id] = UploadJournal.Record(
             id: id, location: location, cacheFile: cacheFile, size: size, params: params, contentType: contentType, tags: tags, patch: nil,
-            session: nil, state: state, attempts: 0, lastError: nil, nextAttempt: 0, created: Int64(Date().timeIntervalSince1970 * 1000))
+            session: nil, state: state, attempts: 0, lastError: nil, nextAttempt: 0, created: Int64(Date().timeIntervalSince1970 * 1000),
+            replaces: replaces)
         noteInserted(id)
         wake.signal()
         return id
@@ -270,14 +273,16 @@ public actor UploadQueue {
     /// the FUSE thread: no hop onto the actor); the queue takes it in when it next looks.
     /// `content`: the copy's bytes, kept in the record instead of an fsync of the copy (small files).
     public nonisolated func enqueueHeld(
-        location: Location, cacheFile: String, size: Int64, params: UploadParams, contentType: String?, tags: [String]?, content: Data?
+        location: Location, cacheFile: String, size: Int64, params: UploadParams, contentType: String?, tags: [String]?, content: Data?,
+        replaces: UploadJournal.Deletion? = nil
     ) throws -> Int64 {
         let id = try journal.insert(
             location: location, cacheFile: cacheFile, size: size, params: params, contentType: contentType, tags: tags, patch: nil, state: .held,
-            content: content)
+            content: content, replaces: replaces)
         let r = UploadJournal.Record(
             id: id, location: location, cacheFile: cacheFile, size: size, params: params, contentType: contentType, tags: tags, patch: nil,
-            session: nil, state: .held, attempts: 0, lastError: nil, nextAttempt: 0, created: Int64(Date().timeIntervalSince1970 * 1000))
+            session: nil, state: .held, attempts: 0, lastError: nil, nextAttempt: 0, created: Int64(Date().timeIntervalSince1970 * 1000),
+            replaces: replaces)
         inbox.withLock { $0.append(.held(r)) }
         return id
     }
@@ -318,11 +323,11 @@ public actor UploadQueue {
         let same = unchanged && held.size == size && held.params == params
         let newID = try journal.requeue(
             id, location: held.location, cacheFile: cacheFile, size: size, params: params, contentType: held.contentType, tags: held.tags,
-            patch: held.patch, synced: !same, carryContent: unchanged)
+            patch: held.patch, replaces: held.replaces, synced: !same, carryContent: unchanged)
         records[newID] = UploadJournal.Record(
             id: newID, location: held.location, cacheFile: cacheFile, size: size, params: params, contentType: held.contentType, tags: held.tags,
             patch: held.patch, session: nil, state: .queued, attempts: 0, lastError: nil, nextAttempt: 0,
-            created: Int64(Date().timeIntervalSince1970 * 1000))
+            created: Int64(Date().timeIntervalSince1970 * 1000), replaces: held.replaces)
         noteInserted(newID)
         records[id] = nil
         wake.signal()
@@ -422,6 +427,21 @@ public actor UploadQueue {
         records[id] = r
         wake.signal()
         return .cancelled
+    }
+
+    /// The stored file these uploads (all to land at one path) are to replace, as a rename onto
+    /// that path found it (`Record.replaces`): written to the journal when it changes.
+    public func setReplaces(_ ids: [Int64], _ replaces: UploadJournal.Deletion?) {
+        for id in ids {
+            guard var r = records[id], r.replaces != replaces else { continue }
+            r.replaces = replaces
+            do {
+                try journal.update(r)
+            } catch {
+                logger.error("upload #\(id): what it replaces could not be journaled: \(error)")
+            }
+            records[id] = r
+        }
     }
 
     /// Stops a running upload and waits for it; returns its record if it completed anyway.
