@@ -142,6 +142,7 @@ struct ModelTests {
     }
 
     /// Seeds that found bugs, and today's; STOWFS_MODEL_SEED runs one seed of your choice instead.
+    /// A failure prints the last 10 steps; STOWFS_MODEL_HISTORY=N prints the last N.
     static let seeds: [UInt64] = ProcessInfo.processInfo.environment["STOWFS_MODEL_SEED"].flatMap(UInt64.init).map { [$0] } ?? [20_261_122, 9, 10, 11]
 
     @Test("200 random operations give the same answers and the same tree as a local folder, also after a remount", arguments: seeds)
@@ -152,6 +153,7 @@ struct ModelTests {
             try FileManager.default.createDirectory(atPath: model, withIntermediateDirectories: true)
             var history: [String] = []
             let racy = ProcessInfo.processInfo.environment["STOWFS_MODEL_RACY"] == "1"
+            let shown = ProcessInfo.processInfo.environment["STOWFS_MODEL_HISTORY"].flatMap(Int.init) ?? 10
             for step in 1...200 {
                 let current = Self.snapshot(model)
                 let files = current.filter { $0.value.hasPrefix("file") }.keys.sorted()
@@ -163,9 +165,9 @@ struct ModelTests {
                 // `stowfs sync` lets uploads land after every step; with STOWFS_MODEL_RACY=1 only every 25
                 // steps, so that uploads race with the next operations (one race is still open: S23).
                 if !racy || step % 25 == 0 { try m.stowfs(["sync", m.mountpoint]) }
-                try #require(got == expected, "seed \(seed), step \(step) `\(op)`: errno \(got), the model gave \(expected)\n\(history.suffix(10).joined(separator: "\n"))")
+                try #require(got == expected, "seed \(seed), step \(step) `\(op)`: errno \(got), the model gave \(expected)\n\(history.suffix(shown).joined(separator: "\n"))")
                 let (mine, theirs) = (Self.snapshot(m.mountpoint), Self.snapshot(model))
-                try #require(mine == theirs, "seed \(seed), after step \(step) `\(op)`:\n\(Self.difference(mine, theirs))\n\(history.suffix(10).joined(separator: "\n"))")
+                try #require(mine == theirs, "seed \(seed), after step \(step) `\(op)`:\n\(Self.difference(mine, theirs))\n\(history.suffix(shown).joined(separator: "\n"))")
             }
             // Everything reaches the server and comes back after a remount with empty caches.
             try m.unmountFS()

@@ -329,14 +329,39 @@ extension StowFileSystem {
             let replaces = replacesThere.map { UploadJournal.Deletion(remoteIno: $0.ino, ifMatch: $0.etag.isEmpty ? nil : $0.etag) }
             await queue.setReplaces(retargeted.map(\.0), replaces)
         }
-        if needsServerRename {
-            do {
-                _ = try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: true, exchange: false)
-            } catch {
-                for (id, from) in retargeted { _ = await queue.retarget(id, to: from) }
-                await queue.resume(ids)
-                throw FSError.from(error)
+        // Onto one name of a hard-linked file, with no rename on the server: the moved upload would
+        // write over the linked file, and its other names would show the new content (and lose
+        // their tags). That name goes on the server now, as an unlink of one name of several does,
+        // and the upload makes a new file there. The target's own uploads owed under that name
+        // move to a name it keeps (else they would land over the new file).
+        var movedAway: [(Int64, Location)] = []
+        let ontoLinked = !needsServerRename && srcEntry.kind != .directory && dstEntry.map { $0.kind != .directory && $0.attributes.nlink > 1 } == true
+        if ontoLinked, let d = dstEntry {
+            let remaining = state.withLock { s in
+                otherName(s, of: d.ino, besides: newParent, newName).flatMap { o in try? child(try self.location(s, o.parent), o.name) }
             }
+            if let remaining {
+                for id in d.owedUploads + (d.local?.heldUpload.map { [$0] } ?? []) where await queue.record(id)?.location == dstLoc {
+                    _ = await queue.retarget(id, to: remaining)
+                    movedAway.append((id, dstLoc))
+                }
+            }
+        }
+        do throws(FSError) {
+            if needsServerRename {
+                _ = try await remote { try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: true, exchange: false) }
+            } else if ontoLinked {
+                do {
+                    try await store.delete(ns, dstLoc.path, ifMatch: nil)
+                } catch let e as StorageError where e.kind == .notFound {
+                } catch {
+                    throw FSError.from(error)
+                }
+            }
+        } catch {
+            for (id, from) in retargeted + movedAway { _ = await queue.retarget(id, to: from) }
+            await queue.resume(ids)
+            throw error
         }
         await queue.resume(ids)
         if let r = replacedHere {
