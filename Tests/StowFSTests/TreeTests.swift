@@ -225,11 +225,15 @@ struct EngineTreeTests {
         try await withEngine { h in
             try await h.write("P", "old")
             await h.fs.sync()
+            // Held back, so that this mount's upload cannot land before the other client's write
+            // (then the rm would rightly remove the file it wrote over theirs: a CI run once did).
+            await h.fs.pauseUploads()
             try await h.write("tmp", "x")
             try await h.rename("tmp", "P")
             // Another client writes P anew (new content: a new ETag) before this mount's rm.
             _ = try await h.store.upload(.bytes(ByteBuffer(string: "theirs")), size: 6, to: ns, try StoragePath("P"))
             try await h.unlink("P")
+            await h.fs.resumeUploads()
             await h.fs.sync()
             #expect(try await h.stored("P") == "theirs")
         }
