@@ -420,8 +420,11 @@ extension StowFileSystem {
                 }
                 for r in records where !deletedHere(s, r, observedAt: started) {
                     // A name whose upload was recovered from the journal shows that content (what
-                    // close returned for), not the server's older file, which it will land over.
-                    if !s.recovered.isEmpty, let loc = try? child(location, r.fileName), let recovered = s.recovered[loc] {
+                    // close returned for), not the server's older file, which it will land over —
+                    // unless the name holds something of this mount's already, or a folder.
+                    if !s.recovered.isEmpty, r.kind == .file, let loc = try? child(location, r.fileName), let recovered = s.recovered[loc],
+                        s.inodes[ino]?.directory?.children[FileName(r.fileName)].flatMap({ s.inodes[$0]?.hasLocalState }) != true
+                    {
                         let e = claimRecovered(&s, recovered, parent: ino, name: r.fileName)
                         s.inodes[e.ino]?.lookups -= 1
                         names[r.fileName] = e.ino
