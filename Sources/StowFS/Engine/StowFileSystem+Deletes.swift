@@ -110,7 +110,7 @@ extension StowFileSystem {
         // Only that file, in the version this mount knew: not one another client put there (a new
         // file, or new content: the server keeps the inode of a file written over) before the
         // delete went out. Changes made here to the file meanwhile stay here (`applyUpdated`).
-        let deletion = UploadJournal.Deletion(remoteIno: remoteIno, ifMatch: etag.isEmpty ? nil : etag)
+        let deletion = RemoteInfo(ino: remoteIno, etag: etag).deletion
         let id: Int64
         do {
             id = try queue.enqueueDeletion(location: location, deletion)

@@ -326,8 +326,7 @@ extension StowFileSystem {
         }
         if !needsServerRename {
             // Journaled with the moved uploads, for a mount started after a crash.
-            let replaces = replacesThere.map { UploadJournal.Deletion(remoteIno: $0.ino, ifMatch: $0.etag.isEmpty ? nil : $0.etag) }
-            await queue.setReplaces(retargeted.map(\.0), replaces)
+            await queue.setReplaces(retargeted.map(\.0), replacesThere?.deletion)
         }
         // Onto one name of a hard-linked file, with no rename on the server: the moved upload would
         // write over the linked file, and its other names would show the new content (and lose

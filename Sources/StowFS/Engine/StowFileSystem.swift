@@ -72,6 +72,9 @@ public final class StowFileSystem: Sendable {
     struct RemoteInfo: Sendable, Equatable {
         var ino: UInt64
         var etag: String
+
+        /// A delete of this file only (its inode, and its ETag when known), as the journal keeps it.
+        var deletion: UploadJournal.Deletion { UploadJournal.Deletion(remoteIno: ino, ifMatch: etag.isEmpty ? nil : etag) }
     }
 
     /// xattr-visible metadata of a file.
@@ -519,7 +522,7 @@ public final class StowFileSystem: Sendable {
     /// The stored file an upload of `e` is to land over: the one it has, or the one a rename onto
     /// its name found there (journaled with the upload: `UploadJournal.Record.replaces`).
     static func replaces(_ e: InodeEntry) -> UploadJournal.Deletion? {
-        (e.remote ?? e.local?.replaced).map { UploadJournal.Deletion(remoteIno: $0.ino, ifMatch: $0.etag.isEmpty ? nil : $0.etag) }
+        (e.remote ?? e.local?.replaced)?.deletion
     }
 
     func uploadParams(_ e: InodeEntry) -> (UploadParams, contentType: String?, tags: [String]?) {
