@@ -100,4 +100,49 @@ struct JournalTests {
         #expect(kept.count == (0..<320).filter { $0 % 3 != 0 }.count)
         #expect(journal.sharedCommits > 0)
     }
+
+    @Test(
+        "an upload that lands brings the later records of its path up to date, in the journal and for a record written after it with the value read before it; a held record's requeue keeps it",
+        .timeLimit(.minutes(1)))
+    func landingUpdatesWhatLaterUploadsReplace() throws {
+        let (dir, path) = Self.tempPath()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ns = try Namespace("landing")
+        let p = Location(namespace: ns, path: try StoragePath("P")), q = Location(namespace: ns, path: try StoragePath("Q"))
+        let e0 = UploadJournal.Deletion(remoteIno: 7, ifMatch: "E0")
+        let e1 = UploadJournal.Deletion(remoteIno: 7, ifMatch: "E1")
+        let e2 = UploadJournal.Deletion(remoteIno: 7, ifMatch: "E2")
+        let journal = try UploadJournal(path: path)
+        func insert(_ l: Location, _ r: UploadJournal.Deletion?, state: UploadJournal.Record.State = .queued) throws -> Int64 {
+            try journal.insert(
+                location: l, cacheFile: "/c", size: 1, params: UploadParams(), contentType: nil, tags: nil, patch: nil, state: state, replaces: r)
+        }
+        let u1 = try insert(p, e0), u2 = try insert(p, e0), held = try insert(p, e0, state: .held), other = try insert(q, e0)
+        let updated = try journal.finish([u1], stored: [u1: e1])
+        #expect(Set(updated.map(\.0)) == [u2, held])
+        func replaces(_ id: Int64) throws -> UploadJournal.Deletion? { try journal.all().first { $0.id == id }?.replaces }
+        #expect(try replaces(u2) == e1)
+        #expect(try replaces(held) == e1)
+        // Another path is not touched.
+        #expect(try replaces(other) == e0)
+        // Written after the landing with what P held before it (read before the landing was known): E1.
+        let late = try insert(p, e0)
+        #expect(try replaces(late) == e1)
+        // Two landings in a row: a value two behind follows both.
+        try journal.finish([u2], stored: [u2: e2])
+        let later = try insert(p, e0)
+        #expect(try replaces(later) == e2)
+        // A value no landing replaced (a rename onto P found another file there) is kept.
+        let e9 = UploadJournal.Deletion(remoteIno: 9, ifMatch: "E9")
+        #expect(try replaces(try insert(p, e9)) == e9)
+        // The held record's requeue carries the current value, not the one it was written with.
+        let requeued = try journal.requeue(held, location: p, cacheFile: "/c", size: 1, params: UploadParams(), contentType: nil, tags: nil, patch: nil)
+        #expect(try replaces(requeued) == e2)
+        // `update` leaves it alone.
+        var r = try #require(try journal.all().first { $0.id == requeued })
+        r.replaces = e0
+        r.attempts = 3
+        try journal.update(r)
+        #expect(try replaces(requeued) == e2)
+    }
 }

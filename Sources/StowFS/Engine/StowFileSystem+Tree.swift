@@ -298,9 +298,17 @@ extension StowFileSystem {
         let ids = moving.map(\.id)
         await queue.pause(ids)
         var retargeted: [(Int64, Location)] = []
+        // The newest of them that landed meanwhile: the server's rename moves it to the target,
+        // and the others land over it there.
+        var landedMoving: (id: Int64, record: FileRecord)?
         for m in moving {
             let outcome = await queue.retarget(m.id, to: m.from.rebased(from: srcLoc, to: dstLoc))
-            if case .alreadyStored = outcome { needsServerRename = true } else { retargeted.append((m.id, m.from)) }
+            if case .alreadyStored(let stored) = outcome {
+                needsServerRename = true
+                if m.id > landedMoving?.id ?? 0 { landedMoving = (m.id, stored) }
+            } else {
+                retargeted.append((m.id, m.from))
+            }
         }
         // What the target held is replaced: its owed uploads will not happen. (The newest that
         // landed meanwhile is what the server has at the target now.)
@@ -324,9 +332,13 @@ extension StowFileSystem {
             let now = state.withLock { s in s.inodes[d.ino].map { ($0.remote, $0.local?.replaced) } }
             replacesThere = targetLanded ?? now?.0 ?? d.remote ?? now?.1 ?? d.local?.replaced
         }
+        // Journaled with the moved uploads, for a mount started after a crash (put back if the rename fails).
+        var replacedBefore: [(Int64, UploadJournal.Deletion?)] = []
         if !needsServerRename {
-            // Journaled with the moved uploads, for a mount started after a crash.
-            await queue.setReplaces(retargeted.map(\.0), replacesThere?.deletion)
+            replacedBefore = await queue.setReplaces(retargeted.map(\.0), replacesThere?.deletion)
+        } else if let landed = landedMoving?.record, srcEntry.kind != .directory {
+            let newer = retargeted.map(\.0).filter { $0 > landedMoving!.id }
+            replacedBefore = await queue.setReplaces(newer, RemoteInfo(ino: landed.inode, etag: landed.etag).deletion)
         }
         // Onto one name of a hard-linked file, with no rename on the server: the moved upload would
         // write over the linked file, and its other names would show the new content (and lose
@@ -359,6 +371,7 @@ extension StowFileSystem {
             }
         } catch {
             for (id, from) in retargeted + movedAway { _ = await queue.retarget(id, to: from) }
+            await queue.restoreReplaces(replacedBefore)
             await queue.resume(ids)
             throw error
         }

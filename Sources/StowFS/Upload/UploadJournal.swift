@@ -42,7 +42,9 @@ public final class UploadJournal: Sendable {
         /// For an upload: the server's file it is to land over (the one at its path when it was
         /// written, or renamed onto). Should the upload be dropped (its file removed, or renamed on,
         /// first), that file is deleted instead, on the same conditions as a delete record's.
-        /// Kept so that a mount started after a crash knows it too.
+        /// Kept so that a mount started after a crash knows it too. The journal keeps it current
+        /// as earlier uploads of the same path land (`finish`); this copy is what was written and
+        /// may lag behind it — `all()` reads the current one.
         public var replaces: Deletion? = nil
 
         public var isDeletion: Bool { deletion != nil }
@@ -60,6 +62,28 @@ public final class UploadJournal: Sendable {
     }
 
     private let db: DatabaseQueue
+
+    /// Uploads landed lately, by path, in order: what each replaced and what the path holds now.
+    /// A record written after a landing with what the path held before it (the value was read
+    /// from the inode before the landing reached it) is written with the newer one instead
+    /// (`current`). Read and written only inside write transactions, which run one at a time.
+    private let landed = Mutex(Landings())
+    private struct Landings {
+        var byPath: [Location: [(old: Deletion?, new: Deletion, at: UInt64)]] = [:]
+        var pruned: UInt64 = 0
+
+        mutating func note(_ location: Location, old: Deletion?, new: Deletion, now: UInt64) {
+            // All at once, once per `landedMemory`: a copy of 100,000 files keeps only its last seconds.
+            if now - pruned > UploadJournal.landedMemory {
+                byPath = byPath.filter { $0.value.contains { now - $0.at <= UploadJournal.landedMemory } }
+                pruned = now
+            }
+            byPath[location, default: []].append((old, new, now))
+        }
+    }
+    /// How long a landing is remembered for that: far longer than a flush's read of the inode
+    /// takes to reach the journal.
+    static let landedMemory: UInt64 = 10_000_000_000
 
     public init(path: String) throws {
         var config = Configuration()
@@ -113,7 +137,65 @@ public final class UploadJournal: Sendable {
             try db.execute(sql: "ALTER TABLE uploads ADD COLUMN replaces_ino INTEGER")
             try db.execute(sql: "ALTER TABLE uploads ADD COLUMN replaces_if_match TEXT")
         }
+        // Records by path: a landing brings the later records of its path up to date (`finish`).
+        migrator.registerMigration("v5 path index") { db in
+            try db.execute(sql: "CREATE INDEX uploads_by_path ON uploads(namespace, path)")
+        }
         try migrator.migrate(db)
+    }
+
+    /// What an upload written now to `location` replaces: `replaces`, unless uploads of that
+    /// path landed since that value was current (then what the last of them stored).
+    private func current(_ location: Location, _ replaces: Deletion?) -> Deletion? {
+        landed.withLock { m in
+            guard let list = m.byPath[location] else { return replaces }
+            var v = replaces
+            for e in list where e.old == v { v = e.new }
+            return v
+        }
+    }
+
+    /// Uploads the server stored: their records go, and the later uploads of each path now
+    /// replace what it stored — in one transaction, so that a crash never leaves a record that
+    /// names a file no longer there (its `rm` after the crash would then be refused, 412, and
+    /// leave the stored file behind). Returns the records so updated, with their new value.
+    @discardableResult
+    public func finish(_ ids: [Int64], stored: [Int64: Deletion] = [:]) throws -> [(Int64, Deletion)] {
+        try db.write { db in
+            var updated: [(Int64, Deletion)] = []
+            let now = DispatchTime.now().uptimeNanoseconds
+            for id in ids.sorted() {
+                if let new = stored[id],
+                    let row = try Row.fetchOne(
+                        db.cachedStatement(sql: "SELECT namespace, path, replaces_ino, replaces_if_match FROM uploads WHERE id = ? AND delete_ino IS NULL"),
+                        arguments: [id]),
+                    let ns = try? Namespace(row["namespace"] as String), let path = try? StoragePath(row["path"] as String)
+                {
+                    let old = (row["replaces_ino"] as Int64?).map { Deletion(remoteIno: UInt64(bitPattern: $0), ifMatch: row["replaces_if_match"]) }
+                    let later = try Int64.fetchAll(
+                        db.cachedStatement(sql: "SELECT id FROM uploads WHERE namespace = ? AND path = ? AND id > ? AND delete_ino IS NULL"),
+                        arguments: [ns.name, path.string, id])
+                    for l in later {
+                        try db.cachedStatement(sql: "UPDATE uploads SET replaces_ino = ?, replaces_if_match = ? WHERE id = ?")
+                            .execute(arguments: [Int64(bitPattern: new.remoteIno), new.ifMatch, l])
+                        updated.append((l, new))
+                    }
+                    landed.withLock { $0.note(Location(namespace: ns, path: path), old: old, new: new, now: now) }
+                }
+                try db.cachedStatement(sql: "DELETE FROM uploads WHERE id = ?").execute(arguments: [id])
+            }
+            return updated
+        }
+    }
+
+    /// Sets what uploads replace (a rename that moved them onto a stored file).
+    public func setReplaces(_ ids: [Int64], _ replaces: Deletion?) throws {
+        try db.write { db in
+            for id in ids {
+                try db.cachedStatement(sql: "UPDATE uploads SET replaces_ino = ?, replaces_if_match = ? WHERE id = ?")
+                    .execute(arguments: [replaces.map { Int64(bitPattern: $0.remoteIno) }, replaces?.ifMatch, id])
+            }
+        }
     }
 
     /// The largest content kept in a record.
@@ -130,7 +212,9 @@ public final class UploadJournal: Sendable {
     ) throws -> Int64 {
         guard let ns = location.namespace else { throw FSError.notPermitted }
         return try grouped { db in
-            try Self.insertRow(db, ns, location, cacheFile, size, params, contentType, tags, patch, state, content: content, replaces: replaces)
+            try Self.insertRow(
+                db, ns, location, cacheFile, size, params, contentType, tags, patch, state, content: content,
+                replaces: self.current(location, replaces))
         }
     }
 
@@ -247,7 +331,7 @@ public final class UploadJournal: Sendable {
     /// `carryContent`: the bytes are those the held record keeps (unchanged since): the new record keeps them too.
     public func requeue(
         _ heldID: Int64, location: Location, cacheFile: String, size: Int64, params: UploadParams, contentType: String?, tags: [String]?,
-        patch: FilePatch?, replaces: Deletion?, synced: Bool = true, carryContent: Bool = false
+        patch: FilePatch?, synced: Bool = true, carryContent: Bool = false
     ) throws -> Int64 {
         guard let ns = location.namespace else { throw FSError.notPermitted }
         return try db.writeWithoutTransaction { db in
@@ -255,7 +339,14 @@ public final class UploadJournal: Sendable {
             defer { if !synced { try? db.execute(sql: "PRAGMA synchronous = FULL") } }
             var id: Int64 = 0
             try db.inTransaction {
-                id = try Self.insertRow(db, ns, location, cacheFile, size, params, contentType, tags, patch, .queued, replaces: replaces)
+                id = try Self.insertRow(db, ns, location, cacheFile, size, params, contentType, tags, patch, .queued, replaces: nil)
+                // What the held record replaces, kept current by landings since it was written.
+                try db.cachedStatement(
+                    sql: """
+                        UPDATE uploads SET (replaces_ino, replaces_if_match) = (SELECT replaces_ino, replaces_if_match FROM uploads WHERE id = ?)
+                        WHERE id = ?
+                        """
+                ).execute(arguments: [heldID, id])
                 if carryContent {
                     try db.cachedStatement(sql: "UPDATE uploads SET content = (SELECT content FROM uploads WHERE id = ?) WHERE id = ?").execute(arguments: [heldID, id])
                 }
@@ -300,19 +391,19 @@ public final class UploadJournal: Sendable {
         }
     }
 
-    /// Writes every mutable field of a record.
+    /// Writes every mutable field of a record but `replaces` (which `finish` keeps current, and
+    /// `setReplaces` sets).
     public func update(_ r: Record) throws {
         guard let ns = r.location.namespace else { return }
         try db.write { db in
             try db.cachedStatement(
                 sql: """
                     UPDATE uploads SET namespace = ?, path = ?, cache_file = ?, size = ?, params = ?, content_type = ?, tags = ?, patch = ?,
-                        session = ?, state = ?, attempts = ?, last_error = ?, next_attempt = ?, replaces_ino = ?, replaces_if_match = ? WHERE id = ?
+                        session = ?, state = ?, attempts = ?, last_error = ?, next_attempt = ? WHERE id = ?
                     """).execute(
                 arguments: [
                     ns.name, r.location.path.string, r.cacheFile, r.size, Self.json(r.params), r.contentType, Self.json(r.tags), Self.json(r.patch),
-                    Self.json(r.session), r.state.rawValue, r.attempts, r.lastError, r.nextAttempt, r.replaces.map { Int64(bitPattern: $0.remoteIno) },
-                    r.replaces?.ifMatch, r.id,
+                    Self.json(r.session), r.state.rawValue, r.attempts, r.lastError, r.nextAttempt, r.id,
                 ])
         }
     }

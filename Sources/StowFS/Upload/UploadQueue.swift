@@ -184,6 +184,17 @@ public actor UploadQueue {
             table[r.id] = r
             if r.isDeletion { deletions.append(r.id) }
         }
+        // Several uploads of one path (a file written again while its upload ran): the newest
+        // has the content close last returned for, and the older ones, none of them running
+        // now, are superseded — as `submit` drops older uploads not yet running. Their local
+        // copies, no longer named, are collected with the other spares.
+        var newest: [Location: Int64] = [:]
+        for r in table.values where !r.isDeletion { newest[r.location] = max(newest[r.location] ?? r.id, r.id) }
+        let superseded = table.values.filter { !$0.isDeletion && newest[$0.location] != $0.id }.map(\.id)
+        if !superseded.isEmpty {
+            try journal.delete(superseded)
+            for id in superseded { table[id] = nil }
+        }
         order = table.keys.sorted()
         deletionOrder = deletions.sorted()
     }
@@ -323,7 +334,7 @@ public actor UploadQueue {
         let same = unchanged && held.size == size && held.params == params
         let newID = try journal.requeue(
             id, location: held.location, cacheFile: cacheFile, size: size, params: params, contentType: held.contentType, tags: held.tags,
-            patch: held.patch, replaces: held.replaces, synced: !same, carryContent: unchanged)
+            patch: held.patch, synced: !same, carryContent: unchanged)
         records[newID] = UploadJournal.Record(
             id: newID, location: held.location, cacheFile: cacheFile, size: size, params: params, contentType: held.contentType, tags: held.tags,
             patch: held.patch, session: nil, state: .queued, attempts: 0, lastError: nil, nextAttempt: 0,
@@ -430,17 +441,27 @@ public actor UploadQueue {
     }
 
     /// The stored file these uploads (all to land at one path) are to replace, as a rename onto
-    /// that path found it (`Record.replaces`): written to the journal when it changes.
-    public func setReplaces(_ ids: [Int64], _ replaces: UploadJournal.Deletion?) {
-        for id in ids {
-            guard var r = records[id], r.replaces != replaces else { continue }
-            r.replaces = replaces
-            do {
-                try journal.update(r)
-            } catch {
-                logger.error("upload #\(id): what it replaces could not be journaled: \(error)")
-            }
-            records[id] = r
+    /// that path found it (`Record.replaces`), written to the journal. Returns what they replaced
+    /// before, for a rename that fails to put back.
+    @discardableResult
+    public func setReplaces(_ ids: [Int64], _ replaces: UploadJournal.Deletion?) -> [(Int64, UploadJournal.Deletion?)] {
+        let known = ids.filter { records[$0] != nil }
+        let before = known.map { ($0, records[$0]?.replaces) }
+        do {
+            try journal.setReplaces(known, replaces)
+        } catch {
+            logger.error("uploads \(known): what they replace could not be journaled: \(error)")
+        }
+        for id in known { records[id]?.replaces = replaces }
+        return before
+    }
+
+    /// Puts back what `setReplaces` returned.
+    public func restoreReplaces(_ before: [(Int64, UploadJournal.Deletion?)]) {
+        for (id, value) in before {
+            guard records[id] != nil else { continue }
+            try? journal.setReplaces([id], value)
+            records[id]?.replaces = value
         }
     }
 
@@ -943,7 +964,10 @@ public actor UploadQueue {
         let finished = done.compactMap { id, stored in records.removeValue(forKey: id).map { (id, stored, $0) } }
         guard !finished.isEmpty else { return }
         do {
-            try journal.delete(finished.map(\.0))
+            // The later uploads of each path now land over what this one stored.
+            var stored: [Int64: UploadJournal.Deletion] = [:]
+            for (id, record, r) in finished where !r.isDeletion { stored[id] = UploadJournal.Deletion(remoteIno: record.inode, ifMatch: record.etag) }
+            for (id, value) in try journal.finish(finished.map(\.0), stored: stored) { records[id]?.replaces = value }
         } catch {
             // Still in the journal: sent again after a restart, and its copy is not handed back for reuse.
             logger.error("cannot remove \(finished.count) stored upload(s) from the journal: \(error)")
