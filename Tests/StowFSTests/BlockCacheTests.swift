@@ -1,5 +1,5 @@
 import Foundation
-import StowFS
+@testable import StowFS
 import Testing
 
 /// Eviction and the segments handed to FuseKit: a reply splices bytes from the cache file after
@@ -158,5 +158,32 @@ struct BlockCacheTests {
             let bytes = cache.statistics.bytes
             #expect(bytes > 0 && bytes <= Int64(16 * Self.blockSize), "\(bytes)")
         }
+    }
+
+    @Test("BlockSet holds what a Set of the same inserts and removes holds, in any order (the run from block 0 split and joined again)")
+    func blockSetAgainstSet() {
+        var rng = SystemRandomNumberGenerator()
+        for round in 0..<200 {
+            var model = Set<Int64>()
+            var set = BlockSet()
+            let span = Int64(1 + round % 40)
+            for _ in 0..<300 {
+                let i = Int64.random(in: -1...span, using: &rng)
+                if Bool.random(using: &rng) {
+                    #expect(set.insert(i).inserted == (i >= 0 && model.insert(i).inserted))
+                } else {
+                    #expect(set.remove(i) == model.remove(i))
+                }
+                #expect(set.count == model.count)
+                #expect(set.isEmpty == model.isEmpty)
+            }
+            #expect(Set(set) == model)
+            #expect(Array(set).count == model.count)
+            for i in -1...span { #expect(set.contains(i) == model.contains(i)) }
+        }
+        // A whole copy adopted in order is one run and nothing else.
+        let whole = BlockSet(0..<1000)
+        #expect(whole.prefix == 1000)
+        #expect(whole.count == 1000)
     }
 }

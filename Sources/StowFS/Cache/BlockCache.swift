@@ -28,12 +28,13 @@ public final class BlockCache: Sendable {
         var index: Int64
     }
 
+    /// A version's file (at `filePath(etag)`, not kept here: 100,000 adopted copies kept
+    /// 14 MB of paths) and the blocks it holds.
     struct FileState {
-        var path: String
         /// The file's inode number: a fetch into a file since dropped (and perhaps made again under
         /// the same path) is told apart by it.
         var inode: UInt64
-        var present: Set<Int64> = []
+        var present = BlockSet()
     }
 
     struct OpenFile {
@@ -78,7 +79,7 @@ public final class BlockCache: Sendable {
             // The file must still be there (not made anew) and hold its last block's start.
             let path = filePath(entry.etag)
             guard let (size, inode) = Self.stat(path), let last = entry.blocks.max(), size > last * Int64(blockSize) else { continue }
-            s.files[entry.etag] = FileState(path: path, inode: inode, present: Set(entry.blocks))
+            s.files[entry.etag] = FileState(inode: inode, present: BlockSet(entry.blocks))
             s.bytes += entry.bytes
             for i in entry.blocks {
                 s.tick += 1
@@ -86,7 +87,7 @@ public final class BlockCache: Sendable {
             }
         }
         // The index stays (until `claimIndex`); everything else the index does not name goes.
-        let known = Set(s.files.values.map { ($0.path as NSString).lastPathComponent } + [(Self.indexPath(directory) as NSString).lastPathComponent])
+        let known = Set(s.files.keys.map { (filePath($0) as NSString).lastPathComponent } + [(Self.indexPath(directory) as NSString).lastPathComponent])
         for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where !known.contains(name) {
             unlink(directory + "/" + name)
         }
@@ -162,10 +163,10 @@ public final class BlockCache: Sendable {
             // Late fetches (a read-ahead still running) and evictions change nothing from now on.
             s.closed = true
             let entries = s.files.map { etag, f in
-                let size = Self.stat(f.path)?.size ?? 0
+                let size = Self.stat(filePath(etag))?.size ?? 0
                 return Index.Entry(etag: etag, blocks: f.present.sorted(), bytes: f.present.reduce(0) { sum, i in sum + blockLength(i, fileSize: size) })
             }
-            return (s.files.values.map(\.path), Index(blockSize: blockSize, files: entries))
+            return (s.files.keys.map { filePath($0) }, Index(blockSize: blockSize, files: entries))
         }
         // One syncfs for the cache's filesystem rather than an fsync per file (a tar of 2,000
         // small files leaves 2,000 of them); each file's fsync where that fails.
@@ -190,7 +191,7 @@ public final class BlockCache: Sendable {
                 return false
             }
             let count = (size + Int64(blockSize) - 1) / Int64(blockSize)
-            var f = FileState(path: target, inode: inode)
+            var f = FileState(inode: inode)
             for i in 0..<count {
                 f.present.insert(i)
                 s.tick += 1
@@ -224,7 +225,7 @@ public final class BlockCache: Sendable {
             return o.file
         }
         guard let f = s.files[etag] else { return nil }
-        guard let file = try? CacheFile(existing: f.path), file.inodeNumber == f.inode else {
+        guard let file = try? CacheFile(existing: filePath(etag)), file.inodeNumber == f.inode else {
             forget(&s, etag)
             return nil
         }
@@ -243,7 +244,7 @@ public final class BlockCache: Sendable {
     private func forget(_ s: inout State, _ etag: String) {
         guard let f = s.files.removeValue(forKey: etag) else { return }
         s.open[etag] = nil
-        let size = Self.stat(f.path)?.size ?? 0
+        let size = Self.stat(filePath(etag))?.size ?? 0
         for i in f.present {
             s.lastUse[Key(etag: etag, index: i)] = nil
             s.bytes -= blockLength(i, fileSize: size)
@@ -318,7 +319,7 @@ public final class BlockCache: Sendable {
         try state.withLock { (s: inout State) throws(FSError) -> CacheFile in
             if s.files[etag] != nil, let file = handle(&s, etag) { return file }
             let file = try CacheFile(path: filePath(etag))
-            s.files[etag] = FileState(path: file.path, inode: file.inodeNumber)
+            s.files[etag] = FileState(inode: file.inodeNumber)
             s.tick += 1
             remember(&s, etag, file)
             return file
@@ -347,19 +348,20 @@ public final class BlockCache: Sendable {
                 guard s.bytes > target else { break }
                 // A reply still splices from it: evicted once that is sent (see `unpin`).
                 if s.pinned[key] != nil { continue }
-                guard var f = s.files[key.etag], f.present.remove(key.index) != nil else {
+                // In place: a copy of the record would copy its set of blocks for each one evicted.
+                guard s.files[key.etag]?.present.remove(key.index) != nil else {
                     s.lastUse[key] = nil
                     continue
                 }
                 s.lastUse[key] = nil
-                let size = Self.stat(f.path)?.size ?? 0
+                let path = filePath(key.etag)
+                let size = Self.stat(path)?.size ?? 0
                 s.bytes -= blockLength(key.index, fileSize: size)
-                if f.present.isEmpty {
-                    unlink(f.path)
+                if s.files[key.etag]?.present.isEmpty == true {
+                    unlink(path)
                     s.files[key.etag] = nil
                     s.open[key.etag] = nil
                 } else {
-                    s.files[key.etag] = f
                     handle(&s, key.etag)?.punchHole(offset: key.index * Int64(blockSize), length: Int64(blockSize))
                 }
             }
@@ -374,9 +376,9 @@ public final class BlockCache: Sendable {
     /// Forgets a content version (its file changed or was deleted).
     public func drop(etag: String) {
         state.withLock { s in
-            guard !s.closed, let path = s.files[etag]?.path else { return }
+            guard !s.closed, s.files[etag] != nil else { return }
             forget(&s, etag)
-            unlink(path)
+            unlink(filePath(etag))
         }
     }
 
@@ -405,4 +407,66 @@ public final class BlockPin: Sendable {
     }
 
     deinit { cache.unpin(etag: etag, blocks: blocks) }
+}
+
+/// The block numbers a cached version holds: the run from block 0 as one number (a copy adopted
+/// whole after its upload, or a file read from its start: the common cases), the others in a set
+/// made only when there are any. An adopted small file costs no allocation.
+struct BlockSet: Sequence, Equatable {
+    private(set) var prefix: Int64 = 0
+    private var others: Set<Int64>?
+
+    init() {}
+    init(_ blocks: some Sequence<Int64>) { for i in blocks { insert(i) } }
+
+    func contains(_ i: Int64) -> Bool { (i >= 0 && i < prefix) || others?.contains(i) == true }
+    var isEmpty: Bool { prefix == 0 && others == nil }
+    var count: Int { Int(prefix) + (others?.count ?? 0) }
+
+    @discardableResult
+    mutating func insert(_ i: Int64) -> (inserted: Bool, memberAfterInsert: Int64) {
+        guard i >= 0, !contains(i) else { return (false, i) }
+        if i == prefix {
+            prefix += 1
+            // The run takes in the blocks after it that were already here.
+            while others?.remove(prefix) != nil { prefix += 1 }
+            if others?.isEmpty == true { others = nil }
+        } else {
+            if others == nil { others = [] }
+            others!.insert(i)
+        }
+        return (true, i)
+    }
+
+    @discardableResult
+    mutating func remove(_ i: Int64) -> Int64? {
+        if i >= 0 && i < prefix {
+            // The run ends before it; the blocks after it go to the set.
+            if i + 1 < prefix {
+                if others == nil { others = [] }
+                for j in (i + 1)..<prefix { others!.insert(j) }
+            }
+            prefix = i
+            return i
+        }
+        guard others?.remove(i) != nil else { return nil }
+        if others!.isEmpty { others = nil }
+        return i
+    }
+
+    struct Iterator: IteratorProtocol {
+        var at: Int64
+        let end: Int64
+        var rest: Set<Int64>.Iterator?
+
+        mutating func next() -> Int64? {
+            if at < end {
+                defer { at += 1 }
+                return at
+            }
+            return rest?.next()
+        }
+    }
+
+    func makeIterator() -> Iterator { Iterator(at: 0, end: prefix, rest: others?.makeIterator()) }
 }
