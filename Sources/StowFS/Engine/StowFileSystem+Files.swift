@@ -1042,7 +1042,7 @@ extension StowFileSystem {
 
     /// Stops an owed upload for good; forgets it and its snapshot (unless the file still uses it).
     /// - Returns: the stored record if it had completed before it could be stopped.
-    func cancelUpload(_ id: Int64, ino: InodeNumber) async -> FileRecord? {
+    func cancelUpload(_ id: Int64, ino: InodeNumber) async -> UploadQueue.Landed? {
         let record = await queue.record(id)
         let outcome = await queue.cancel(id)
         if case .alreadyStored(let stored) = outcome { return stored }

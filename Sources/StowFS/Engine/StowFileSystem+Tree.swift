@@ -300,7 +300,7 @@ extension StowFileSystem {
         var retargeted: [(Int64, Location)] = []
         // The newest of them that landed meanwhile: the server's rename moves it to the target,
         // and the others land over it there.
-        var landedMoving: (id: Int64, record: FileRecord)?
+        var landedMoving: (id: Int64, record: UploadQueue.Landed)?
         for m in moving {
             let outcome = await queue.retarget(m.id, to: m.from.rebased(from: srcLoc, to: dstLoc))
             if case .alreadyStored(let stored) = outcome {

@@ -31,7 +31,17 @@ public actor UploadQueue {
         /// The upload will not happen (nothing of it is visible on the server).
         case cancelled
         /// It had completed already: the server has the file.
-        case alreadyStored(FileRecord)
+        case alreadyStored(Landed)
+    }
+
+    /// What an upload stored, as a cancel or retarget that came too late needs it.
+    public struct Landed: Sendable, Equatable {
+        public var inode: UInt64
+        public var etag: String
+        public init(_ record: FileRecord) {
+            inode = record.inode
+            etag = record.etag
+        }
     }
 
     let journal: UploadJournal
@@ -103,7 +113,7 @@ public actor UploadQueue {
     }
     /// Uploads stored lately, by id: a cancel or retarget that arrives after the upload landed (the
     /// caller's list of owed ids was taken a moment before) learns that it did.
-    private var storedLately: [Int64: FileRecord] = [:]
+    private var storedLately: [Int64: Landed] = [:]
     private var storedLatelyOrder: [Int64] = []
     private var running: [Int64: Task<FileRecord?, Never>] = [:]
     private var cancelling: Set<Int64> = []
@@ -467,11 +477,11 @@ public actor UploadQueue {
 
     /// Stops a running upload and waits for it; returns its record if it completed anyway.
     /// The caller keeps `id` in `cancelling` meanwhile.
-    private func interrupt(_ id: Int64) async -> FileRecord? {
+    private func interrupt(_ id: Int64) async -> Landed? {
         guard let task = running[id] else { return nil }
         if !completing.contains(id) { task.cancel() }
         // A batch's task answers for none of its files: what landed is in `storedLately`.
-        return await task.value ?? storedLately[id]
+        return await task.value.map(Landed.init) ?? storedLately[id]
     }
 
     private func abandon(_ session: StartUploadResponse?) {
@@ -979,7 +989,7 @@ public actor UploadQueue {
             return
         }
         for (id, stored, r) in finished {
-            storedLately[id] = stored
+            storedLately[id] = Landed(stored)
             storedLatelyOrder.append(id)
             if storedLatelyOrder.count > 4096 { storedLately[storedLatelyOrder.removeFirst()] = nil }
             uploadedFiles += 1
