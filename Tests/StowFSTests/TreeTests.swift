@@ -2,7 +2,7 @@ import Foundation
 import NIOCore
 import StorageClient
 import StorageProtocol
-import StowFS
+@testable import StowFS
 import Testing
 
 @Suite("engine: names — readdir, mkdir, rename, unlink")
@@ -24,11 +24,14 @@ struct EngineTreeTests {
         let store = InMemoryObjectStore(namespaces: [ns])
         _ = try await store.upload(.bytes(ByteBuffer(string: "a")), size: 1, to: ns, try StoragePath("a.txt"))
         _ = try await store.upload(.bytes(ByteBuffer(string: "b")), size: 1, to: ns, try StoragePath("small/b.txt"))
-        // Without it, the first lookup lists the root.
+        // Without it, the first lookups ask for their name, and the fourth lists the root.
         let plain = FaultInjectingObjectStore(wrapping: store)
         try await withEngine(store: plain) { h in
             #expect(plain.calls(of: .list) == 0)
             _ = try await h.fs.lookup(parent: .root, name: "small")
+            #expect(plain.calls(of: .list) == 0)
+            #expect(plain.calls(of: .record) == 1)
+            for name in ["a.txt", "x", "y"] { _ = try? await h.fs.lookup(parent: .root, name: name) }
             #expect(plain.calls(of: .list) == 1)
         }
         let counting = FaultInjectingObjectStore(wrapping: store)
@@ -124,6 +127,43 @@ struct EngineTreeTests {
             counting.isOffline = false
             await h.fs.sync()
             #expect(try await h.stored("new/offline.txt") == "made while the server was away")
+        }
+    }
+
+    @Test(
+        "a lookup in a folder never listed asks for its one name; the fourth in a row lists the folder, and the lookups after it need no request")
+    func loneLookupThenListing() async throws {
+        let counting = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))
+        try await withEngine(store: counting, configure: { $0.attributeTTL = .milliseconds(300) }) { h in
+            try await h.mkdir("big")
+            for i in 0..<50 { try await h.write("big/f\(i)", "\(i)") }
+            await h.fs.sync()
+            // Another mount of the same server: nothing listed yet.
+            let other = try await Harness.make(store: counting)
+            defer { Task { await other.close() } }
+            let dir = try await other.resolve("big")
+            let (records, lists) = (counting.calls(of: .record), counting.calls(of: .list))
+            #expect(try await other.fs.lookup(parent: dir, name: "f7").attributes.size == 1)
+            #expect(counting.calls(of: .record) == records + 1)
+            #expect(counting.calls(of: .list) == lists)
+            // The folder's other names are not made inodes by it.
+            #expect(other.fs.state.withLock { $0.inodes[dir]?.directory?.children.count } == 1)
+            // Two more ask alone; the fourth lists the folder; the rest come from the listing.
+            _ = try await other.fs.lookup(parent: dir, name: "f8")
+            await expectFS(.notFound) { _ = try await other.fs.lookup(parent: dir, name: "nothing") }
+            #expect(counting.calls(of: .record) == records + 3)
+            #expect(counting.calls(of: .list) == lists)
+            #expect(try await other.fs.lookup(parent: dir, name: "f12").attributes.size == 2)
+            #expect(counting.calls(of: .list) == lists + 1)
+            for i in 20..<50 { _ = try await other.fs.lookup(parent: dir, name: "f\(i)") }
+            await expectFS(.notFound) { _ = try await other.fs.lookup(parent: dir, name: "missing") }
+            #expect(counting.calls(of: .record) == records + 3)
+            #expect(counting.calls(of: .list) == lists + 1)
+            // Offline, a name not looked up yet still answers from the listing, and one not in it is missing.
+            counting.isOffline = true
+            #expect(try await other.fs.lookup(parent: dir, name: "f3").attributes.size == 1)
+            await expectFS(.notFound) { _ = try await other.fs.lookup(parent: dir, name: "other") }
+            counting.isOffline = false
         }
     }
 

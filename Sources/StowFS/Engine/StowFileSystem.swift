@@ -141,6 +141,12 @@ public final class StowFileSystem: Sendable {
         /// A lookup found more names than it lists whole (`lookupListingCap`): until then,
         /// lookups of names not known ask for that one name instead of listing it again.
         var tooLargeToListUntil: ContinuousClock.Instant?
+        /// When a lookup of a name not known last asked for that name alone (see `lookup`).
+        var loneLookupAt: ContinuousClock.Instant?
+        /// How many did so, each within `listAfterLoneLookupWithin` of the one before.
+        var loneLookups: UInt8 = 0
+        /// A whole listing was taken here once (a stale one is listed again on a lookup miss).
+        var everListed = false
 
         /// Whether the listing answers without the server: complete, and within the TTL or held by
         /// a followed feed (`feedHolds`, read by the caller outside the state lock).
