@@ -79,29 +79,27 @@ extension StowFileSystem {
         case .missing: throw FSError.notFound
         case .unknown(let l): location = l
         }
-        // A folder never listed: the first name looked up in it is asked for alone — a `stat` of
-        // one file among a million costs one small request, not a listing of up to 5,000 names
-        // and an inode for each (that was 62 ms and 0.7 MB a stat in folders of 1,000). A few more
-        // lookups soon after, or one in a folder listed before whose listing went stale, list the
+        // A folder never listed: the first names looked up in it are asked for alone — a `stat`
+        // of one file among a million costs one small request, not a listing of up to 5,000 names
+        // and an inode for each (that was 62 ms and 0.7 MB a stat in folders of 1,000). A few
+        // lookups in a row, or one in a folder listed before whose listing went stale, list the
         // folder, up to a few thousand names, and the lookups that follow are answered from the
-        // listing: `cp -r` into a folder then costs one listing, not a request per new name (and a
-        // folder listed once answers from its listing while the server is away). A folder found too large for that
-        // is not listed again on every lookup (that made each create in a folder of 8,000 files
-        // list 5,000 names): for a while, its lookups ask for the one name.
+        // listing: `cp -r` into a folder then costs one listing, not a request per new name (and
+        // a folder listed once answers from its listing while the server is away). A folder found
+        // too large for that is not listed again on every lookup (that made each create in a
+        // folder of 8,000 files list 5,000 names): for a while, its lookups ask for the one name.
         let (tooLarge, listNow) = state.withLock { s -> (Bool, Bool) in
+            guard var dir = s.inodes[parent]?.directory else { return (false, true) }
             let now = ContinuousClock.now
-            let tooLarge = s.inodes[parent]?.directory?.tooLargeToListUntil.map { $0 > now } ?? false
+            let tooLarge = dir.tooLargeToListUntil.map { $0 > now } ?? false
             // The root of an all-namespaces mount lists its namespaces; there is no one name to ask for.
-            guard location.namespace != nil, let dir = s.inodes[parent]?.directory, !dir.everListed, !dir.complete else { return (tooLarge, true) }
+            guard location.namespace != nil, !dir.everListed, !dir.complete else { return (tooLarge, true) }
             let run = dir.loneLookupAt.map { now - $0 < Self.listAfterLoneLookupWithin } == true ? Int(dir.loneLookups) + 1 : 1
-            if run > Self.loneLookupsBeforeListing {
-                s.inodes[parent]?.directory?.loneLookupAt = nil
-                s.inodes[parent]?.directory?.loneLookups = 0
-                return (tooLarge, true)
-            }
-            s.inodes[parent]?.directory?.loneLookupAt = now
-            s.inodes[parent]?.directory?.loneLookups = UInt8(run)
-            return (tooLarge, false)
+            let listNow = run > Self.loneLookupsBeforeListing
+            dir.loneLookupAt = listNow ? nil : now
+            dir.loneLookups = listNow ? 0 : UInt8(run)
+            s.inodes[parent]?.directory = dir
+            return (tooLarge, listNow)
         }
         do throws(FSError) {
             if !tooLarge && listNow {

@@ -336,8 +336,8 @@ extension StowFileSystem {
         var replacedBefore: [(Int64, UploadJournal.Deletion?)] = []
         if !needsServerRename {
             replacedBefore = await queue.setReplaces(retargeted.map(\.0), replacesThere?.deletion)
-        } else if let landed = landedMoving?.record, srcEntry.kind != .directory {
-            let newer = retargeted.map(\.0).filter { $0 > landedMoving!.id }
+        } else if let (landedID, landed) = landedMoving, srcEntry.kind != .directory {
+            let newer = retargeted.map(\.0).filter { $0 > landedID }
             replacedBefore = await queue.setReplaces(newer, RemoteInfo(ino: landed.inode, etag: landed.etag).deletion)
         }
         // Onto one name of a hard-linked file, with no rename on the server: the moved upload would

@@ -176,8 +176,7 @@ public final class UploadJournal: Sendable {
                         db.cachedStatement(sql: "SELECT id FROM uploads WHERE namespace = ? AND path = ? AND id > ? AND delete_ino IS NULL"),
                         arguments: [ns.name, path.string, id])
                     for l in later {
-                        try db.cachedStatement(sql: "UPDATE uploads SET replaces_ino = ?, replaces_if_match = ? WHERE id = ?")
-                            .execute(arguments: [Int64(bitPattern: new.remoteIno), new.ifMatch, l])
+                        try Self.writeReplaces(db, l, new)
                         updated.append((l, new))
                     }
                     landed.withLock { $0.note(Location(namespace: ns, path: path), old: old, new: new, now: now) }
@@ -191,11 +190,13 @@ public final class UploadJournal: Sendable {
     /// Sets what uploads replace (a rename that moved them onto a stored file).
     public func setReplaces(_ ids: [Int64], _ replaces: Deletion?) throws {
         try db.write { db in
-            for id in ids {
-                try db.cachedStatement(sql: "UPDATE uploads SET replaces_ino = ?, replaces_if_match = ? WHERE id = ?")
-                    .execute(arguments: [replaces.map { Int64(bitPattern: $0.remoteIno) }, replaces?.ifMatch, id])
-            }
+            for id in ids { try Self.writeReplaces(db, id, replaces) }
         }
+    }
+
+    private static func writeReplaces(_ db: Database, _ id: Int64, _ replaces: Deletion?) throws {
+        try db.cachedStatement(sql: "UPDATE uploads SET replaces_ino = ?, replaces_if_match = ? WHERE id = ?")
+            .execute(arguments: [replaces.map { Int64(bitPattern: $0.remoteIno) }, replaces?.ifMatch, id])
     }
 
     /// The largest content kept in a record.
