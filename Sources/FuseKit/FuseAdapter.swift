@@ -379,8 +379,10 @@ final class FuseAdapter: Sendable {
 
     func readdir(_ req: FuseRequest, ino: InodeNumber, size: Int, offset: Int64, handle: UInt64, plus: Bool) {
         respond(req, { () async throws(FSError) -> [DirectoryEntry] in
-            // No entry takes less than 24 bytes of the kernel's buffer (a name of up to 8 bytes).
-            try await self.engine.readdir(ino, handle: handle, offset: offset, plus: plus, limit: size / 24 + 1)
+            // No entry takes less than its header of the kernel's buffer: 24 bytes, 152 with
+            // readdirplus's attributes. (With 24 for both, a readdirplus page of a big folder read
+            // the attributes of 6 names for each one that fit.)
+            try await self.engine.readdir(ino, handle: handle, offset: offset, plus: plus, limit: size / (plus ? 152 : 24) + 1)
         }) { r, entries in
             self.replyDirectory(r, entries, size: size, plus: plus)
         }

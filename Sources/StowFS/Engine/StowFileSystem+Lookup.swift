@@ -311,39 +311,34 @@ extension StowFileSystem {
     /// Entries of an open folder from `offset` on, at most `limit` of them. With `plus`, each entry
     /// carries its attributes (the caller then takes a lookup reference with `retain` for each
     /// entry it passes on). The kernel reads a folder a buffer at a time: each call finds its
-    /// place by a binary search and copies only what fits, so a folder of 100,000 names is read
+    /// place from the offset and copies only what fits, so a folder of 100,000 names is read
     /// in linear time.
     public func readdir(_ ino: InodeNumber, handle: UInt64, offset: Int64, plus: Bool, limit: Int = .max) async throws(FSError) -> [DirectoryEntry] {
-        let cached = try state.withLock { (s: inout State) throws(FSError) -> [DirectoryEntry]? in
+        let cached = try state.withLock { (s: inout State) throws(FSError) -> [ListedName]? in
             guard let h = s.handles[handle], h.ino == ino else { throw FSError.badHandle }
             return offset == 0 ? nil : h.listing
         }
-        var listing: [DirectoryEntry]
+        var listing: [ListedName]
         if let cached {
             listing = cached
         } else {
             listing = try await list(ino)
             state.withLock { $0.handles[handle]?.listing = listing }
         }
-        // Offsets rise through the listing: the first entry past `offset`.
-        var low = 0, high = listing.count
-        while low < high {
-            let mid = (low + high) / 2
-            if listing[mid].offset <= offset { low = mid + 1 } else { high = mid }
-        }
+        // An entry's offset is its place in the listing plus one: the first entry past `offset` is at `offset`.
+        let low = Int(clamping: min(max(0, offset), Int64(listing.count)))
         let page = listing[low..<(low + min(max(0, limit), listing.count - low))]
-        if !plus { return Array(page) }
+        var out = page.enumerated().map { i, n in DirectoryEntry(name: n.name, ino: n.ino, kind: n.kind, offset: Int64(low + i + 1), entry: nil) }
+        if !plus { return out }
         // Attributes read now, for this page only: the listing kept with the open folder has none
         // (with them, a folder of 100,000 held 17 MB for as long as it was open). A name whose
         // inode went meanwhile (unlinked, or let go of) goes without them: the kernel looks it up.
-        return state.withLock { s in
-            page.map { d in
-                guard d.offset > 2 else { return d }
-                var d = d
-                d.entry = s.inodes.read(d.ino) { e in e.unlinked ? nil : entry(e) } ?? nil
-                return d
+        state.withLock { s in
+            for i in out.indices where out[i].offset > 2 {
+                out[i].entry = s.inodes.read(out[i].ino) { e in e.unlinked ? nil : entry(e) } ?? nil
             }
         }
+        return out
     }
 
     /// The whole listing of a folder: the server's, merged with files owed to it.
@@ -351,7 +346,7 @@ extension StowFileSystem {
     /// Each listing asks the server, unless the mount follows the change feed and listed the folder
     /// less than the TTL ago: then the feed says when another client changes it (`apply` expires
     /// the listing), and the mount's own changes are in it already.
-    func list(_ ino: InodeNumber) async throws(FSError) -> [DirectoryEntry] {
+    func list(_ ino: InodeNumber) async throws(FSError) -> [ListedName] {
         // A cached listing naming an inode the engine let go of (the kernel forgot it, an upload
         // replaced it) would leave that name out: the server is asked instead.
         if listingPushed(ino), let cached = listed(ino, whole: true) { return cached }
@@ -364,30 +359,26 @@ extension StowFileSystem {
         return listed(ino, whole: false) ?? []
     }
 
-    /// The folder's entries as the engine knows them. `whole`: nil if one of its names has no inode
-    /// here (instead of passing over it).
-    private func listed(_ ino: InodeNumber, whole: Bool) -> [DirectoryEntry]? {
+    /// The folder's entries as the engine knows them, `.` and `..` first, then by name. `whole`:
+    /// nil if one of its names has no inode here (instead of passing over it).
+    private func listed(_ ino: InodeNumber, whole: Bool) -> [ListedName]? {
         state.withLock { s in
             guard let me = s.inodes[ino] else { return [] }
             var out = [
-                DirectoryEntry(name: ".", ino: ino, kind: .directory, offset: 1, entry: nil),
-                DirectoryEntry(name: "..", ino: me.parent == 0 ? ino : me.parent, kind: .directory, offset: 2, entry: nil),
+                ListedName(name: ".", ino: ino, kind: .directory),
+                ListedName(name: "..", ino: me.parent == 0 ? ino : me.parent, kind: .directory),
             ]
-            let children = me.directory?.children ?? [:]
+            guard let children = me.directory?.children else { return out }
             out.reserveCapacity(children.count + 2)
-            var offset: Int64 = 3
             for (name, child) in children.sorted(by: { $0.key < $1.key }) {
                 // Each record read in place for the few fields a listing needs.
-                let listed = s.inodes.read(child) { e in
-                    e.unlinked ? nil : DirectoryEntry(name: name.string, ino: e.ino, kind: e.kind, offset: offset, entry: nil)
-                }
+                let listed = s.inodes.read(child) { e in e.unlinked ? nil : ListedName(name: name.string, ino: e.ino, kind: e.kind) }
                 guard let listed else {
                     if whole { return nil }
                     continue
                 }
                 guard let listed else { continue }
                 out.append(listed)
-                offset += 1
             }
             return out
         }

@@ -227,7 +227,7 @@ public final class StowFileSystem: Sendable {
         var writable: Bool
         var etag: String?
         var readAhead: ReadAhead
-        var listing: [DirectoryEntry]?
+        var listing: [ListedName]?
     }
 
     struct State: Sendable {
