@@ -223,13 +223,17 @@ extension StowFileSystem {
         state.withLock { s in
             guard var e = s.inodes[ino] else { return }
             e.lookups = e.lookups > count ? e.lookups - count : 0
-            // A mount started from the kept tree (offline) keeps what its folders' listings still
-            // name: with no server to make it again from, a kept name would answer EIO after the
-            // kernel forgot it (and a folder's record holds its own listing).
-            let keptOffline = configuration.startOffline && s.inodes[e.parent]?.directory?.children[e.name] == ino
-            if e.lookups == 0 && e.openHandles == 0 && !e.hasLocalState && !keptOffline {
-                // The kernel dropped the inode (memory pressure, drop_caches) — not the name: the folder's
-                // listing still names it, and the next lookup makes the inode again.
+            // A name of a complete listing keeps its record: a listing answers only while each of
+            // its names has one, so dropping it made the folder's next `ls`, and a lookup of the
+            // name, ask the server. The kernel forgets an unused entry as soon as its TTL ran out,
+            // and everything on `drop_caches`: a listing the feed held was lost within seconds
+            // (and a folder's own record holds its listing). The listing names it, so this keeps no
+            // more than the listing did before the kernel looked the name up. A mount started from
+            // the kept tree (offline) keeps every name a folder has, whole or not: with no server
+            // to make it again from, a kept name would answer EIO after the kernel forgot it.
+            let kept = s.inodes[e.parent]?.directory.map { $0.children[e.name] == ino && ($0.complete || configuration.startOffline) } ?? false
+            if e.lookups == 0 && e.openHandles == 0 && !e.hasLocalState && !kept {
+                // A name only looked up (its folder not listed whole): the next lookup asks again.
                 s.inodes[ino] = nil
                 if let r = e.remote, s.byRemote[r.ino] == ino { s.byRemote[r.ino] = nil }
             } else {
