@@ -352,6 +352,16 @@ final class FuseAdapter: Sendable {
         respond(req, { () async throws(FSError) in try await self.engine.fsync(ino, handle: handle) }) { r, _ in r.replyOK() }
     }
 
+    /// fsync(2) of a folder: the unlinks made in the mount so far are durable when it returns.
+    func fsyncdir(_ req: FuseRequest) {
+        do throws(FSError) {
+            try engine.fsyncdir()
+            req.replyOK()
+        } catch {
+            req.reply(error: error)
+        }
+    }
+
     // MARK: - Directories
 
     func opendir(_ req: FuseRequest, ino: InodeNumber, fileInfo: UnsafeMutablePointer<fuse_file_info>?) {

@@ -2,7 +2,7 @@
 public enum FuseOperation: String, CaseIterable, Sendable {
     case lookup, getattr, setattr, readlink, mknod, mkdir, unlink, rmdir, symlink, rename, link
     case create, open, read, write, flush, release, fsync
-    case opendir, readdir, readdirplus, releasedir, statfs
+    case opendir, readdir, readdirplus, releasedir, fsyncdir, statfs
     case setxattr, getxattr, listxattr, removexattr
     case getlk, setlk, flock
 }

@@ -119,7 +119,7 @@ func makeOperations() -> fuse_lowlevel_ops {
         adapter(req).readdir(FuseRequest(req, .readdirplus), ino: ino, size: size, offset: Int64(off), handle: fi?.pointee.fh ?? 0, plus: true)
     }
     ops.releasedir = { req, ino, fi in adapter(req).releasedir(FuseRequest(req, .releasedir), ino: ino, handle: fi?.pointee.fh ?? 0) }
-    ops.fsyncdir = { req, _, _, _ in fuse_reply_err(req, 0) }
+    ops.fsyncdir = { req, _, _, _ in adapter(req).fsyncdir(FuseRequest(req, .fsyncdir)) }
     ops.statfs = { req, _ in adapter(req).statfs(FuseRequest(req, .statfs)) }
     ops.setxattr = { req, ino, name, value, size, flags in
         let bytes = value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []

@@ -51,6 +51,10 @@ struct WriteMountTests {
             #expect(try await m.storedSHA256("tree/c/g7") != nil)
             try m.sh("rm -rf \(m.mountpoint)/tree")
             #expect(try m.sh("ls -A \(m.mountpoint)") == "keep")
+            // fsync of a folder makes its unlinks durable (their journal records are not synced one
+            // by one): it answers, and what it removed stays removed.
+            try m.sh("echo x > \(m.mountpoint)/keep/k2 && rm \(m.mountpoint)/keep/k2 && python3 -c 'import os; fd = os.open(\"\(m.mountpoint)/keep\", os.O_RDONLY); os.fsync(fd)'")
+            #expect(try m.sh("ls -A \(m.mountpoint)/keep") == "k")
             // Each rmdir waited for the deletes queued under its folder: the server has none of it.
             for path in ["tree/c/g7", "tree/a/b/deep", "tree/a", "tree"] {
                 do {

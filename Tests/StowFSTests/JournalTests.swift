@@ -65,6 +65,27 @@ struct JournalTests {
         }
     }
 
+    @Test("an unlink's record commits without waiting for the disk; the commits after it wait again (close's promise); makeDurable syncs the log, and a new journal reads the record")
+    func deletionNotSynced() throws {
+        let (dir, path) = Self.tempPath()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ns = try Namespace("gone")
+        let journal = try UploadJournal(path: path)
+        let deletion = UploadJournal.Deletion(remoteIno: 7, ifMatch: "etag-7")
+        let id = try journal.insertDeletion(location: Location(namespace: ns, path: try StoragePath("a/f")), deletion)
+        // FULL again: a close's record written next must be on disk when close returns (S1).
+        #expect(try journal.synchronous() == 2)
+        let held = try journal.insert(
+            location: Location(namespace: ns, path: try StoragePath("a/g")), cacheFile: "/cache/g", size: 1, params: UploadParams(), contentType: nil,
+            tags: nil, patch: nil, state: .held, content: Data("g".utf8))
+        #expect(try journal.synchronous() == 2)
+        try journal.makeDurable()
+        let records = try UploadJournal(path: path).all()
+        #expect(records.map(\.id) == [id, held])
+        #expect(records.first?.deletion == deletion)
+        #expect(records.first?.location.path.string == "a/f")
+    }
+
     @Test("a write that fails in a shared commit is undone alone: the others in it are kept", .timeLimit(.minutes(1)))
     func failureIsolated() throws {
         let (dir, path) = Self.tempPath()

@@ -157,6 +157,18 @@ extension StowFileSystem {
     }
 
     public func statfs() -> FileSystemStatistics { FileSystemStatistics() }
+
+    /// fsync(2) of a folder: what the journal holds is on disk when this returns — the unlinks,
+    /// whose records are not synced one by one (S13a). Everything else a folder's fsync could
+    /// promise is made durable when it happens (a create's file at its close, S1; `mkdir`, `rename`,
+    /// links on the server).
+    public func fsyncdir() throws(FSError) {
+        do {
+            try queue.makeDurable()
+        } catch {
+            throw FSError.from(error)
+        }
+    }
 }
 
 /// What `stowfs status` shows.

@@ -62,6 +62,7 @@ public final class UploadJournal: Sendable {
     }
 
     private let db: DatabaseQueue
+    private let path: String
 
     /// Uploads landed lately, by path, in order: what each replaced and what the path holds now.
     /// A record written after a landing with what the path held before it (the value was read
@@ -92,6 +93,7 @@ public final class UploadJournal: Sendable {
             try db.execute(sql: "PRAGMA synchronous = FULL")
         }
         db = try DatabaseQueue(path: path, configuration: config)
+        self.path = path
         try db.writeWithoutTransaction { db in
             try db.execute(sql: "PRAGMA journal_mode = WAL")
             // A record must be on disk when close(2) returns (S1): checked, not assumed.
@@ -219,20 +221,47 @@ public final class UploadJournal: Sendable {
         }
     }
 
-    /// Adds a delete record (synced, shared with concurrent commits); returns its id.
+    /// Adds a delete record; returns its id. Not synced, as a local filesystem's unlink is not: the
+    /// record is durable at the next synced commit (any `close` of a changed file makes one; the
+    /// WAL is written in order), at `makeDurable()` (fsyncdir), or once the server did it. A power
+    /// cut before then can bring the file back (never a file lost). Synced, each unlink of
+    /// `rm -rf` waited for the disk.
     public func insertDeletion(location: Location, _ deletion: Deletion) throws -> Int64 {
         guard let ns = location.namespace else { throw FSError.notPermitted }
-        return try grouped { db in
-            try db.cachedStatement(
-                sql: """
-                    INSERT INTO uploads(namespace, path, cache_file, size, params, state, created, delete_ino, delete_if_match)
-                    VALUES (?, ?, '', 0, '{}', 'queued', ?, ?, ?)
-                    """
-            ).execute(arguments: [
-                ns.name, location.path.string, Int64(Date().timeIntervalSince1970 * 1000), Int64(bitPattern: deletion.remoteIno), deletion.ifMatch,
-            ])
-            return db.lastInsertedRowID
+        return try db.writeWithoutTransaction { db in
+            try db.execute(sql: "PRAGMA synchronous = NORMAL")
+            defer { try? db.execute(sql: "PRAGMA synchronous = FULL") }
+            var id: Int64 = 0
+            try db.inTransaction {
+                try db.cachedStatement(
+                    sql: """
+                        INSERT INTO uploads(namespace, path, cache_file, size, params, state, created, delete_ino, delete_if_match)
+                        VALUES (?, ?, '', 0, '{}', 'queued', ?, ?, ?)
+                        """
+                ).execute(arguments: [
+                    ns.name, location.path.string, Int64(Date().timeIntervalSince1970 * 1000), Int64(bitPattern: deletion.remoteIno), deletion.ifMatch,
+                ])
+                id = db.lastInsertedRowID
+                return .commit
+            }
+            return id
         }
+    }
+
+    /// The connection's `PRAGMA synchronous` (2: FULL, what every commit but the unsynced ones uses).
+    func synchronous() throws -> Int { try db.read { try Int.fetchOne($0, sql: "PRAGMA synchronous") ?? -1 } }
+
+    /// Makes every commit so far durable, the unsynced ones too (`insertDeletion`, a requeue): an
+    /// fsync of the write-ahead log, which holds them in order.
+    public func makeDurable() throws {
+        let fd = Glibc.open(path + "-wal", O_RDONLY | O_CLOEXEC)
+        // No log: nothing was written since the last checkpoint, which synced the database.
+        guard fd >= 0 else {
+            if errno == ENOENT { return }
+            throw FSError.io("cannot open the journal's log: \(String(cString: strerror(errno)))")
+        }
+        defer { Glibc.close(fd) }
+        guard Glibc.fsync(fd) == 0 else { throw FSError.io("cannot sync the journal's log: \(String(cString: strerror(errno)))") }
     }
 
     // MARK: - Group commit

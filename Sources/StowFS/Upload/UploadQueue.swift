@@ -308,8 +308,12 @@ public actor UploadQueue {
         return id
     }
 
-    /// A delete owed to the server (an unlink), written to the journal (synced) from the caller's
-    /// thread; it goes in line with the uploads of its path, after those queued before it.
+    /// Every record written so far is on disk when this returns (see `UploadJournal.makeDurable`).
+    public nonisolated func makeDurable() throws { try journal.makeDurable() }
+
+    /// A delete owed to the server (an unlink), written to the journal (not synced: see
+    /// `UploadJournal.insertDeletion`) from the caller's thread; it goes in line with the uploads
+    /// of its path, after those queued before it.
     /// `stowfs pause` does not hold deletes back (they carry no bytes, and `rmdir` waits for them).
     public nonisolated func enqueueDeletion(location: Location, _ deletion: UploadJournal.Deletion) throws -> Int64 {
         let id = try journal.insertDeletion(location: location, deletion)
