@@ -150,6 +150,12 @@ final class FuseAdapter: Sendable {
     }
 
     func unlink(_ req: FuseRequest, parent: InodeNumber, name: String) {
+        // Most unlinks need only the journal: answered here, without a task.
+        do throws(FSError) {
+            if try engine.unlinkHere(parent: parent, name: name) { return req.replyOK() }
+        } catch {
+            return req.reply(error: error)
+        }
         respond(req, { () async throws(FSError) in try await self.engine.unlink(parent: parent, name: name) }) { r, _ in r.replyOK() }
     }
 

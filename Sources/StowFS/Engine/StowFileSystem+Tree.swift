@@ -136,6 +136,35 @@ extension StowFileSystem {
         try await lockedInode(ino) { () async throws(FSError) in try await self.unlinkLocked(parent: parent, name: name, ino: ino) }
     }
 
+    /// unlink(2) on the caller's thread (FuseKit's FUSE thread, so that `rm -rf` does not pay a hop
+    /// onto a task and back for each file), when it needs nothing but the journal: the name known
+    /// here as a lookup would answer it without the server, the file's last name, stored, with no
+    /// upload owed and no stream, and its lock free. False when it needs more: `unlink` does it then.
+    public func unlinkHere(parent: InodeNumber, name: String) throws(FSError) -> Bool {
+        guard !configuration.readOnly else { throw FSError.readOnly }
+        let holds = feedHolds()
+        let found = try state.withLock { (s: inout State) throws(FSError) -> InodeNumber? in
+            guard case .found(let e) = try cachedLookup(&s, parent: parent, name: name, retain: false, feedHolds: holds) else { return nil }
+            return e.ino
+        }
+        guard let ino = found else { return false }
+        return try inodeLocks.ifFree(ino) { () throws(FSError) -> Bool in
+            let plan = try state.withLock { (s: inout State) throws(FSError) -> (Location, RemoteInfo)? in
+                let e = try inode(s, ino)
+                guard e.kind != .directory, !e.unlinked, e.attributes.nlink <= 1, let remote = e.remote, e.owedUploads.isEmpty,
+                    e.local?.stream == nil, e.local?.heldUpload == nil, s.inodes[parent]?.directory?.children[name] == ino
+                else { return nil }
+                return (try child(try self.location(s, parent), name), remote)
+            }
+            guard let (location, remote) = plan else { return false }
+            // As `unlinkLocked` does for a last name with nothing owed: the delete queued, the name gone.
+            try queueDelete(location, remoteIno: remote.ino, etag: remote.etag)
+            state.withLock { s in removeName(&s, parent: parent, name: name, ino: ino) }
+            urls.forget(location)
+            return true
+        } ?? false
+    }
+
     private func unlinkLocked(parent: InodeNumber, name: String, ino: InodeNumber) async throws(FSError) {
         let (location, owed, remote, lastName, remaining, replaced) = try state.withLock {
             (s: inout State) throws(FSError) -> (Location, [Int64], RemoteInfo?, Bool, Location?, RemoteInfo?) in
