@@ -2,6 +2,7 @@ import Foundation
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import StowFS
 
 /// `stowfs mount --metrics HOST:PORT`: `GET /metrics` answers with the mount's Prometheus text;
 /// anything else is a 404 (a HEAD or another method a 405). Plain HTTP/1.1 with keep-alive, for a
@@ -35,17 +36,15 @@ struct MetricsServer {
 
     typealias Connection = NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>
 
-    let channel: NIOAsyncChannel<Connection, Never>
+    let channel: NIOAsyncChannel<AcceptedConnection, Never>
 
     /// Binds (an error here stops the mount before it is made).
     static func bind(_ address: Address) async throws -> MetricsServer {
         let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .acceptingConnectionsLater()
             .bind(host: address.host, port: address.port) { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.configureHTTPServerPipeline()
-                    return try Connection(wrappingChannelSynchronously: channel)
-                }
+                channel.eventLoop.makeCompletedFuture { AcceptedConnection(channel) }
             }
         return MetricsServer(channel: server)
     }
@@ -62,18 +61,14 @@ struct MetricsServer {
 
     /// Answers until the task is cancelled; `text` makes each answer.
     func serve(_ text: @escaping @Sendable () async -> String) async {
-        let listener = channel.channel
-        await withTaskCancellationHandler {
-            try? await channel.executeThenClose { inbound in
-                try await withThrowingDiscardingTaskGroup { group in
-                    for try await connection in inbound {
-                        group.addTask { try? await Self.answer(connection, text) }
-                    }
-                }
+        // Not a cancelled `for await` over the connections: see `serveAcceptedConnections`.
+        try? await serveAcceptedConnections(
+            channel,
+            wrap: { channel in
+                try channel.pipeline.syncOperations.configureHTTPServerPipeline()
+                return try Connection(wrappingChannelSynchronously: channel)
             }
-        } onCancel: {
-            listener.close(promise: nil)
-        }
+        ) { connection in try? await Self.answer(connection, text) }
     }
 
     private static func answer(_ connection: Connection, _ text: @Sendable () async -> String) async throws {

@@ -142,7 +142,16 @@ final class MountedFS: @unchecked Sendable {
     @discardableResult
     func unmountFS(leaveQueued: Bool = false) throws -> String {
         let out = try stowfs(["unmount", mountpoint] + (leaveQueued ? ["--leave-queued"] : []))
-        mount?.waitUntilExit()
+        if let m = mount {
+            m.waitUntilExit()
+            // A clean unmount ends the daemon cleanly: a crash on the way out (a signal) or an
+            // error is a failure, even with everything stored.
+            if m.terminationReason == .uncaughtSignal || m.terminationStatus != 0 {
+                Issue.record(
+                    "the mount daemon ended with \(m.terminationReason == .uncaughtSignal ? "signal" : "status") \(m.terminationStatus) after stowfs unmount: \(logText.suffix(2000))"
+                )
+            }
+        }
         mount = nil
         return out
     }

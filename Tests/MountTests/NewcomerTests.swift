@@ -132,6 +132,54 @@ struct NewcomerTests {
         }
     }
 
+    @Test("status requests on the control socket while the mount shuts down: the daemon still ends cleanly (a connection taken as the socket closed crashed it with SIGILL)")
+    func controlDuringShutdown() async throws {
+        let m = MountedFS()
+        defer {
+            Self.killLeftovers(m)
+            m.cleanup()
+        }
+        try m.startServer()
+        for round in 1...3 {
+            try m.mountFS()
+            try m.sh("echo \(round) > \(m.mountpoint)/f\(round)")
+            // Clients that connect, ask for the status and hang up, as fast as they can, until the
+            // socket is gone: some arrive while the daemon stops serving it.
+            let hammer = Process()
+            hammer.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+            hammer.arguments = [
+                "-c",
+                """
+                import socket, sys, threading, time
+                path = sys.argv[1]
+                def run():
+                    misses, end = 0, time.time() + 60
+                    while misses < 200 and time.time() < end:
+                        try:
+                            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                            s.connect(path)
+                            s.sendall(b'{"command":"status"}\\n')
+                            s.close()
+                            misses = 0
+                        except OSError:
+                            misses += 1
+                            time.sleep(0.001)
+                ts = [threading.Thread(target=run) for _ in range(4)]
+                [t.start() for t in ts]
+                [t.join() for t in ts]
+                """,
+                ControlSocket.path(for: m.mountpoint),
+            ]
+            try hammer.run()
+            defer { if hammer.isRunning { hammer.terminate() } }
+            try await Task.sleep(for: .milliseconds(300))
+            // unmountFS records a daemon that ends with a signal or an error.
+            try m.unmountFS()
+            hammer.waitUntilExit()
+            #expect(try await m.storedBytes("f\(round)") == Array("\(round)\n".utf8))
+        }
+    }
+
     @Test("under systemd (Type=notify): stowd says READY=1 once it listens and STOPPING=1 on SIGTERM; stowfs READY=1 once mounted, the queue as STATUS, STOPPING=1 at unmount")
     func systemdNotify() async throws {
         let m = MountedFS()

@@ -27,26 +27,19 @@ public final class ControlServer: Sendable {
     public func start() async throws -> Task<Void, any Error> {
         try ControlSocket.prepareDirectory()
         let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .acceptingConnectionsLater()
             .bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true) { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
-                }
+                channel.eventLoop.makeCompletedFuture { AcceptedConnection(channel) }
             }
         chmod(path, 0o600)
         let path = self.path
         return Task {
             defer { unlink(path) }
-            try await withThrowingDiscardingTaskGroup { group in
-                try await server.executeThenClose { inbound in
-                    for try await connection in inbound {
-                        group.addTask {
-                            do {
-                                try await self.serve(connection)
-                            } catch {
-                                self.logger.debug("control connection ended: \(error)")
-                            }
-                        }
-                    }
+            try await serveAcceptedConnections(server, wrap: { try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: $0) }) { connection in
+                do {
+                    try await self.serve(connection)
+                } catch {
+                    self.logger.debug("control connection ended: \(error)")
                 }
             }
         }
