@@ -1,7 +1,8 @@
 #!/bin/bash
 # bench/rss-probe.sh [BIN] [N] — the memory of a mount as a folder fills: an embedded mount (its own
 # HOME under /tmp/stowfs-rss-probe), N files of 1 KiB made in one folder by a Python loop, then
-# `stowfs sync`, then `ls -l` of the folder. Prints stowfs's VmRSS and VmHWM after each step.
+# `stowfs sync`, then `ls -l` of the folder, then `rm -rf` of it until durable (`stowfs sync`),
+# timed. Prints stowfs's VmRSS and VmHWM after each step.
 # BIN holds release builds of stowfs and stowd (default .build/release); N defaults to 30000.
 # Needs root and /dev/fuse. Unmounts and removes its folder when done, also on failure.
 set -euo pipefail
@@ -35,3 +36,7 @@ rss "$N created ($(printf '%.0f' "$(echo "$(date +%s.%N) - $start" | bc)") s)"
 rss "synced"
 ls -l "$R/mnt/f" | wc -l > /dev/null
 rss "after ls -l"
+start=$(date +%s.%N)
+rm -rf "$R/mnt/f"
+"$BIN/stowfs" sync "$R/mnt" > /dev/null
+rss "rm -rf, synced ($(printf '%.2f' "$(echo "$(date +%s.%N) - $start" | bc)") s)"

@@ -18,6 +18,13 @@ struct CoherenceMountTests {
     /// Polls `check` until it holds or `within` passes; returns how long it took, or nil.
     /// Checks once more after the time is up: a test whose thread waited out the whole time
     /// behind other tests' blocking commands (a full run) is judged on what it sees, not on the wait.
+    /// A shell command printing how many GET requests the mount's server answered on `routes`
+    /// (`|` between route suffixes, each matched with its closing quote), from its Prometheus counters.
+    static func requestCount(_ m: MountedFS, routes: String) -> String {
+        let pattern = routes.split(separator: "|").map { "\($0)\"" }.joined(separator: "|")
+        return "curl -sf \(m.endpoint)/metrics | grep '^stowd_http_requests_total' | grep 'method=\"GET\"' | grep -E '\(pattern)' | awk '{s+=$NF} END {print s+0}'"
+    }
+
     static func eventually(_ check: () throws -> Bool) async throws -> Duration? {
         let start = ContinuousClock.now
         while true {
@@ -156,8 +163,8 @@ struct CoherenceMountTests {
             // server's count of name requests read before and after.
             try await Task.sleep(for: .seconds(1))
             _ = try b.sh("ls \(b.mountpoint)/held")
-            let count = "curl -sf \(b.endpoint)/metrics | grep '^stowd_http_requests_total' | grep 'method=\"GET\"' | grep -E '/browse\"|/files/[*][*]\"' | awk '{s+=$NF} END {print s+0}'"
-            let browse = "curl -sf \(b.endpoint)/metrics | grep '^stowd_http_requests_total' | grep 'method=\"GET\"' | grep -E '/browse\"' | awk '{s+=$NF} END {print s+0}'"
+            let count = Self.requestCount(b, routes: "/browse|/files/[*][*]")
+            let browse = Self.requestCount(b, routes: "/browse")
             let counts = try b.sh("cd \(b.mountpoint)/held && sleep 2 && x=$(\(browse)) && a=$(\(count)) && stat -c %s f1 f2 f3 > /dev/null && for i in $(seq 1 30); do : > new$i; done && ls > /dev/null && echo $a $(\(count)) browse $x $(\(browse))")
             let pair = counts.split(separator: " ").prefix(2)
             #expect(pair.count == 2 && pair[0] == pair[1], "a lookup or a listing asked the server (requests before and after, then listings before and after: \(counts))")
@@ -183,7 +190,7 @@ struct CoherenceMountTests {
             // answers only while each name it has has one: the next `ls -l` asked the server.
             try await Task.sleep(for: .seconds(1))
             _ = try b.sh("ls -l \(b.mountpoint) > /dev/null && ls -l \(b.mountpoint)/kept > /dev/null")
-            let count = "curl -sf \(b.endpoint)/metrics | grep '^stowd_http_requests_total' | grep 'method=\"GET\"' | grep -E '/browse\"|/files/[*][*]\"' | awk '{s+=$NF} END {print s+0}'"
+            let count = Self.requestCount(b, routes: "/browse|/files/[*][*]")
             let counts = try b.sh(
                 "x=$(\(count)) && sync && echo 2 > /proc/sys/vm/drop_caches && ls -l \(b.mountpoint)/kept > /dev/null && stat -c %s \(b.mountpoint)/kept/f1 > /dev/null && echo $x $(\(count))")
             let pair = counts.split(separator: " ")

@@ -51,8 +51,9 @@ struct WriteMountTests {
             #expect(try await m.storedSHA256("tree/c/g7") != nil)
             try m.sh("rm -rf \(m.mountpoint)/tree")
             #expect(try m.sh("ls -A \(m.mountpoint)") == "keep")
-            // fsync of a folder makes its unlinks durable (their journal records are not synced one
-            // by one): it answers, and what it removed stays removed.
+            // fsync of a folder (it now syncs the journal, whose unlink records are not synced one
+            // by one): it answers, and what it removed stays removed. That it reaches the disk
+            // cannot be seen without a power cut; JournalTests/deletionNotSynced checks the rest.
             try m.sh("echo x > \(m.mountpoint)/keep/k2 && rm \(m.mountpoint)/keep/k2 && python3 -c 'import os; fd = os.open(\"\(m.mountpoint)/keep\", os.O_RDONLY); os.fsync(fd)'")
             #expect(try m.sh("ls -A \(m.mountpoint)/keep") == "k")
             // Each rmdir waited for the deletes queued under its folder: the server has none of it.

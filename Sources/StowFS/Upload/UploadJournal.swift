@@ -228,23 +228,32 @@ public final class UploadJournal: Sendable {
     /// `rm -rf` waited for the disk.
     public func insertDeletion(location: Location, _ deletion: Deletion) throws -> Int64 {
         guard let ns = location.namespace else { throw FSError.notPermitted }
-        return try db.writeWithoutTransaction { db in
-            try db.execute(sql: "PRAGMA synchronous = NORMAL")
-            defer { try? db.execute(sql: "PRAGMA synchronous = FULL") }
-            var id: Int64 = 0
+        return try commit(synced: false) { db in
+            try db.cachedStatement(
+                sql: """
+                    INSERT INTO uploads(namespace, path, cache_file, size, params, state, created, delete_ino, delete_if_match)
+                    VALUES (?, ?, '', 0, '{}', 'queued', ?, ?, ?)
+                    """
+            ).execute(arguments: [
+                ns.name, location.path.string, Int64(Date().timeIntervalSince1970 * 1000), Int64(bitPattern: deletion.remoteIno), deletion.ifMatch,
+            ])
+            return db.lastInsertedRowID
+        }
+    }
+
+    /// One transaction, its commit synced or not (`synchronous = NORMAL` for this commit alone: the
+    /// WAL is written in order, so the next synced commit, or `makeDurable`, makes it durable too);
+    /// returns what `work` returns.
+    private func commit(synced: Bool, _ work: (Database) throws -> Int64) throws -> Int64 {
+        try db.writeWithoutTransaction { db in
+            if !synced { try db.execute(sql: "PRAGMA synchronous = NORMAL") }
+            defer { if !synced { try? db.execute(sql: "PRAGMA synchronous = FULL") } }
+            var result: Int64 = 0
             try db.inTransaction {
-                try db.cachedStatement(
-                    sql: """
-                        INSERT INTO uploads(namespace, path, cache_file, size, params, state, created, delete_ino, delete_if_match)
-                        VALUES (?, ?, '', 0, '{}', 'queued', ?, ?, ?)
-                        """
-                ).execute(arguments: [
-                    ns.name, location.path.string, Int64(Date().timeIntervalSince1970 * 1000), Int64(bitPattern: deletion.remoteIno), deletion.ifMatch,
-                ])
-                id = db.lastInsertedRowID
+                result = try work(db)
                 return .commit
             }
-            return id
+            return result
         }
     }
 
@@ -364,25 +373,19 @@ public final class UploadJournal: Sendable {
         patch: FilePatch?, synced: Bool = true, carryContent: Bool = false
     ) throws -> Int64 {
         guard let ns = location.namespace else { throw FSError.notPermitted }
-        return try db.writeWithoutTransaction { db in
-            if !synced { try db.execute(sql: "PRAGMA synchronous = NORMAL") }
-            defer { if !synced { try? db.execute(sql: "PRAGMA synchronous = FULL") } }
-            var id: Int64 = 0
-            try db.inTransaction {
-                id = try Self.insertRow(db, ns, location, cacheFile, size, params, contentType, tags, patch, .queued, replaces: nil)
-                // What the held record replaces, kept current by landings since it was written.
-                try db.cachedStatement(
-                    sql: """
-                        UPDATE uploads SET (replaces_ino, replaces_if_match) = (SELECT replaces_ino, replaces_if_match FROM uploads WHERE id = ?)
-                        WHERE id = ?
-                        """
-                ).execute(arguments: [heldID, id])
-                if carryContent {
-                    try db.cachedStatement(sql: "UPDATE uploads SET content = (SELECT content FROM uploads WHERE id = ?) WHERE id = ?").execute(arguments: [heldID, id])
-                }
-                try db.cachedStatement(sql: "DELETE FROM uploads WHERE id = ?").execute(arguments: [heldID])
-                return .commit
+        return try commit(synced: synced) { db in
+            let id = try Self.insertRow(db, ns, location, cacheFile, size, params, contentType, tags, patch, .queued, replaces: nil)
+            // What the held record replaces, kept current by landings since it was written.
+            try db.cachedStatement(
+                sql: """
+                    UPDATE uploads SET (replaces_ino, replaces_if_match) = (SELECT replaces_ino, replaces_if_match FROM uploads WHERE id = ?)
+                    WHERE id = ?
+                    """
+            ).execute(arguments: [heldID, id])
+            if carryContent {
+                try db.cachedStatement(sql: "UPDATE uploads SET content = (SELECT content FROM uploads WHERE id = ?) WHERE id = ?").execute(arguments: [heldID, id])
             }
+            try db.cachedStatement(sql: "DELETE FROM uploads WHERE id = ?").execute(arguments: [heldID])
             return id
         }
     }
