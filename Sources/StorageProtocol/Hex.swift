@@ -16,9 +16,16 @@ public enum Hex {
     }
 
     /// `count` random bytes as lowercase hex (ids, tokens).
+    /// Eight bytes per draw from the system's generator (`getrandom`): drawn byte by byte, an id of
+    /// 16 bytes took 16 system calls.
     public static func random(bytes count: Int) -> String {
         var rng = SystemRandomNumberGenerator()
-        return lowercase((0..<count).map { _ in UInt8.random(in: 0...255, using: &rng) })
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(count + 7)
+        while bytes.count < count {
+            withUnsafeBytes(of: rng.next() as UInt64) { bytes.append(contentsOf: $0) }
+        }
+        return lowercase(bytes.prefix(count))
     }
 
     private static func encode(_ bytes: some Sequence<UInt8>, _ digits: [UInt8]) -> String {

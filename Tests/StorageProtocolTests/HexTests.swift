@@ -10,5 +10,6 @@ func hexAgreesWithFormat() {
     #expect(Hex.lowercase([UInt8]()) == "")
     let a = Hex.random(bytes: 16), b = Hex.random(bytes: 16)
     #expect(a.count == 32 && b.count == 32 && a != b)
+    for n in [0, 1, 7, 8, 9, 24] { #expect(Hex.random(bytes: n).count == 2 * n) }
     #expect(a.utf8.allSatisfy { ("0"..."9").contains(Character(Unicode.Scalar($0))) || ("a"..."f").contains(Character(Unicode.Scalar($0))) })
 }

@@ -29,6 +29,8 @@ struct BatchTests {
             }
             #expect(try await s.blobCount() == 1, "only the 5000-byte file is over the limit")
             #expect(try await s.stagedCount() == 0)
+            // Every file stored: one pass, with no savepoint per file (see `writeEach`).
+            if let sqlite = s.server.store as? SQLiteMetadataStore { #expect(sqlite.carefulBatches == 0) }
         }
     }
 
@@ -120,6 +122,9 @@ struct BatchTests {
             #expect(try await s.admin.get("keep") == Array("old".utf8))
             let names = try await s.admin.list(testNamespace, folder: .root, after: nil, limit: 100).entries.map(\.filePath).sorted()
             #expect(names == ["dir", "keep", "ok1", "ok2"])
+            // `keep` and `dir` are refused by the store itself: its first pass was rolled back
+            // whole, and the second stored the rest, each file on its own.
+            if let sqlite = s.server.store as? SQLiteMetadataStore { #expect(sqlite.carefulBatches == 1) }
         }
     }
 

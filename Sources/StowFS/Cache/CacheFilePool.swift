@@ -1,4 +1,5 @@
 import Foundation
+import StorageProtocol
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -47,8 +48,9 @@ final class CacheFilePool: Sendable {
         self.refillBelow = min(refillBelow, self.refillTo)
     }
 
-    /// A new name for a local copy in the pool's folder.
-    func newPath() -> String { directory + "/" + UUID().uuidString.lowercased() }
+    /// A new name for a local copy in the pool's folder: 128 random bits (Foundation's `UUID()`
+    /// opened, read and closed /dev/urandom for each).
+    func newPath() -> String { directory + "/" + Hex.random(bytes: 16) }
 
     /// An empty copy: a kept one, a spare one opened, or a new file.
     func take() throws(FSError) -> CacheFile {

@@ -315,22 +315,28 @@ public final class UploadJournal: Sendable {
             if batch.count > 1 { group.shared += 1 }
             groupLock.unlock()
             var results: [Result<Int64, any Error>]
-            do {
-                results = try db.write { db in
-                    batch.map { w in
-                        Result {
-                            var id: Int64 = 0
-                            try db.inSavepoint {
-                                id = try w.work(db)
-                                return .commit
+            if batch.count == 1 {
+                // Alone: its transaction is its savepoint (a savepoint would keep a first image
+                // of every page it changes, for nothing).
+                results = [Result { try db.write { db in try batch[0].work(db) } }]
+            } else {
+                do {
+                    results = try db.write { db in
+                        batch.map { w in
+                            Result {
+                                var id: Int64 = 0
+                                try db.inSavepoint {
+                                    id = try w.work(db)
+                                    return .commit
+                                }
+                                return id
                             }
-                            return id
                         }
                     }
+                } catch {
+                    // The commit itself failed: none of them is on disk.
+                    results = batch.map { _ in .failure(error) }
                 }
-            } catch {
-                // The commit itself failed: none of them is on disk.
-                results = batch.map { _ in .failure(error) }
             }
             groupLock.lock()
             for (w, r) in zip(batch, results) { w.result = r }
