@@ -72,6 +72,16 @@ def wait_until(pred, timeout, what):
 PROGRAMS = set()
 
 
+def program(name):
+    """The executable `name` runs: through a pyenv shim (a script) to the program it starts."""
+    path = shutil.which(name)
+    if path and shutil.which("pyenv"):
+        with open(path, "rb") as f:
+            if f.read(2) == b"#!":
+                path = subprocess.run(["pyenv", "which", name], capture_output=True, text=True).stdout.strip() or path
+    return path
+
+
 def keep_program(path):
     """Reads `path` and the shared libraries it loads back into the page cache after each drop."""
     if not path or not os.path.exists(path):
@@ -230,7 +240,7 @@ class Rclone(System):
 
     def __init__(self, work):
         super().__init__(work)
-        keep_program(shutil.which("rclone"))
+        keep_program(program("rclone"))
         self.served = os.path.join(self.work, "served")
         self.cache = os.path.join(self.work, "cache")
         self.proc = None
@@ -356,7 +366,7 @@ class Cluster:
         self.env = dict(os.environ, STOW_BIN_DIR=bindir)
         keep_program(os.path.join(bindir, "stowd"))
         for name in ("nginx", "weed"):
-            keep_program(shutil.which(name) or f"/usr/sbin/{name}")
+            keep_program(program(name) or f"/usr/sbin/{name}")
         for postgres in glob.glob("/usr/lib/postgresql/*/bin/postgres"):
             keep_program(postgres)
         self.replicas = replicas
@@ -451,7 +461,7 @@ class JuiceFS(System):
     def __init__(self, work, cluster):
         super().__init__(work)
         self.cluster = cluster
-        keep_program(shutil.which("juicefs"))
+        keep_program(program("juicefs"))
         self.cache = os.path.join(self.work, "cache")
         self.proc = None
 
