@@ -1,5 +1,7 @@
 import Foundation
 import GRDB
+import Logging
+import StorageClient
 import StorageProtocol
 import Synchronization
 import Testing
@@ -165,5 +167,55 @@ struct JournalTests {
         r.attempts = 3
         try journal.update(r)
         #expect(try replaces(requeued) == e2)
+    }
+
+    @Test(
+        "a released record with nothing in line after it keeps its id and its row (held, sent as it is after a crash); a queued record after it, a later held record of its path, or changed content sends it to the end with a new id",
+        .timeLimit(.minutes(1)))
+    func releaseKeepsItsPlace() async throws {
+        let (dir, path) = Self.tempPath()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ns = try Namespace("inplace")
+        let a = Location(namespace: ns, path: try StoragePath("a")), b = Location(namespace: ns, path: try StoragePath("b"))
+        let c = Location(namespace: ns, path: try StoragePath("c")), d = Location(namespace: ns, path: try StoragePath("d"))
+        let journal = try UploadJournal(path: path)
+        // Not started: nothing is sent, the records stay as they are put.
+        let queue = try UploadQueue(
+            journal: journal, store: InMemoryObjectStore(namespaces: [ns]), parallelism: 1, chunkSize: 1 << 20, logger: Logger(label: "test"))
+        func held(_ l: Location, _ file: String) throws -> Int64 {
+            try queue.enqueueHeld(location: l, cacheFile: dir + "/" + file, size: 1, params: UploadParams(), contentType: nil, tags: nil, content: Data([1]))
+        }
+        func release(_ id: Int64, _ file: String, durable: Bool = true) async throws -> Int64 {
+            try await queue.release(id, cacheFile: dir + "/" + file, size: 1, params: UploadParams(), contentDurable: durable)
+        }
+        func row(_ id: Int64) throws -> UploadJournal.Record? { try journal.all().first { $0.id == id } }
+        // Another path's held record after it is not in the line: kept.
+        let h1 = try held(a, "1"), h2 = try held(b, "2")
+        #expect(try await release(h1, "1") == h1)
+        #expect(try row(h1)?.state == .held, "not written again")
+        #expect(await queue.record(h1)?.state == .queued)
+        #expect(try await release(h2, "2") == h2)
+        // A queued record after it: to the end of the line.
+        let h3 = try held(a, "3")
+        let q4 = try await queue.enqueue(location: c, cacheFile: dir + "/4", size: 1, params: UploadParams(), contentType: nil, tags: nil)
+        let r3 = try await release(h3, "3")
+        let (old3, new3) = (try row(h3), try row(r3))
+        #expect(r3 > q4 && old3 == nil && new3?.state == .queued)
+        // A later held record of the same path: to the end of the line, after it.
+        let h5 = try held(a, "5"), h6 = try held(a, "6")
+        let r5 = try await release(h5, "5")
+        #expect(r5 > h6)
+        // Content that changed since the flush: a new record.
+        let h7 = try held(d, "7")
+        #expect(try await release(h7, "7", durable: false) != h7)
+        #expect(await queue.keptInPlace == 2)
+        // After a crash, the rows left held are sent (queued), the kept ones among them (b's only
+        // record; a's newest supersedes its older ones, as always).
+        let again = try UploadQueue(
+            journal: try UploadJournal(path: path), store: InMemoryObjectStore(namespaces: [ns]), parallelism: 1, chunkSize: 1 << 20,
+            logger: Logger(label: "test"))
+        let recovered = await again.recovered
+        #expect(recovered.first { $0.id == h2 }?.state == .queued)
+        #expect(recovered.allSatisfy { $0.state == .queued })
     }
 }

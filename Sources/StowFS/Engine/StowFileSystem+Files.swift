@@ -1020,7 +1020,8 @@ extension StowFileSystem {
         do {
             if let held {
                 id = try await queue.release(held, cacheFile: snapshot.path, size: size, params: params, contentDurable: durable)
-                state.withLock { $0.uploadOwner[held] = nil }
+                // Kept in place, the record is still this inode's under the same id.
+                if id != held { state.withLock { $0.uploadOwner[held] = nil } }
             } else {
                 id = try await queue.enqueue(
                     location: location, cacheFile: snapshot.path, size: size, params: params, contentType: contentType, tags: tags, replaces: replaces)

@@ -332,7 +332,8 @@ public actor UploadQueue {
     }
 
     /// A held record may go now, with this final content. It goes to the end of the line (a new id:
-    /// its content is newer than anything queued before), and the new id is returned.
+    /// its content is newer than anything queued before), and the new id is returned — or, when it
+    /// is at the end of the line already, it stays there with its id (below).
     ///
     /// `contentDurable`: the cache file has not changed since the flush that made it durable and
     /// wrote the held record. When the record also says the same (file, size, params), the requeue need
@@ -346,6 +347,24 @@ public actor UploadQueue {
         // the held record) still does; kept bytes go along to the new record.
         let unchanged = contentDurable && held.cacheFile == cacheFile
         let same = unchanged && held.size == size && held.params == params
+        // Nothing entered the line since this record was written (at most other paths' held
+        // records, which are not in it yet): where it stands is the end of the line. It keeps its
+        // id, and the journal is not written at all: its row says `held`, which the next mount
+        // sends as it is (`init`), the same upload. A requeue was a commit of 6–10 pages for each
+        // file closed, and `close` shares the disk's flushes with it.
+        if same, held.session == nil, isLastInLine(id, location: held.location) {
+            var r = held
+            r.state = .queued
+            r.attempts = 0
+            r.lastError = nil
+            r.nextAttempt = 0
+            r.created = Int64(Date().timeIntervalSince1970 * 1000)
+            records[id] = r
+            keptInPlace += 1
+            wake.signal()
+            notifyWaiters()
+            return id
+        }
         let newID = try journal.requeue(
             id, location: held.location, cacheFile: cacheFile, size: size, params: params, contentType: held.contentType, tags: held.tags,
             patch: held.patch, synced: !same, carryContent: unchanged)
@@ -359,6 +378,22 @@ public actor UploadQueue {
         notifyWaiters()
         return newID
     }
+
+    /// Whether every record after `id` is another path's held record (written by a close, not in
+    /// the line yet): then `id` is the last one in the line, and the last of its path.
+    private func isLastInLine(_ id: Int64, location: Location) -> Bool {
+        _ = records  // takes in what arrived
+        let ids = orderedIDs()
+        var i = ids.count - 1
+        while i >= 0, ids[i] > id {
+            if let r = table[ids[i]], r.state != .held || r.location == location { return false }
+            i -= 1
+        }
+        return true
+    }
+
+    /// How many released records kept their place and id (for tests).
+    public private(set) var keptInPlace = 0
 
     /// A held record whose file a stream is about to complete stands for that upload now (see
     /// `UploadJournal.attachSession`); the caller cancels it once the complete succeeded.
