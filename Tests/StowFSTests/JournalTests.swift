@@ -216,6 +216,7 @@ struct JournalTests {
             logger: Logger(label: "test"))
         let recovered = await again.recovered
         #expect(recovered.first { $0.id == h2 }?.state == .queued)
-        #expect(recovered.allSatisfy { $0.state == .queued })
+        // The same upload: the held row's copy, not another record.
+        #expect(recovered.first { $0.id == h2 }?.cacheFile == dir + "/2")
     }
 }
