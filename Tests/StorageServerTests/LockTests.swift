@@ -202,6 +202,36 @@ struct LockTests {
         }
     }
 
+    @Test("a folder's lease comes with it in one transaction: a session never seen before is started by it; a lock another session holds on the new inode number is kept, and the lease is not granted")
+    func namesLeaseInTheFolderTransaction() async throws {
+        try await withServer(configure: { $0.lockLease = 3600 }) { s in
+            let newSession = "session-c-0123456789"
+            let (made, leased) = try await s.admin.makeFolder(
+                testNamespace, try StoragePath("fresh"), FolderRequest(parents: false, existOk: false), namesLeaseFor: newSession)
+            #expect(leased)
+            // The session the folder's request started is alive: its lease is in another's way.
+            let other = try await s.admin.lock(testNamespace, Self.request(Self.sessionB, ino: made.inode, owner: 0, kind: .names, .write))
+            #expect(!other.granted && other.conflict?.session == newSession)
+            // Session B holds names locks on the next inode numbers (a lock needs no inode to exist).
+            let next = (made.inode + 1)...(made.inode + 8)
+            for ino in next {
+                #expect(try await s.admin.lock(testNamespace, Self.request(Self.sessionB, ino: ino, owner: 0, kind: .names, .write)).granted)
+            }
+            let (taken, takenLeased) = try await s.admin.makeFolder(
+                testNamespace, try StoragePath("taken"), FolderRequest(parents: false, existOk: false), namesLeaseFor: Self.sessionA)
+            #expect(next.contains(taken.inode), "the new folder's inode number \(taken.inode) was not one of \(next)")
+            #expect(!takenLeased)
+            let held = try await s.admin.lock(testNamespace, Self.request(Self.sessionA, ino: taken.inode, owner: 0, kind: .names, .write))
+            #expect(!held.granted && held.conflict?.session == Self.sessionB)
+            // An existing folder asked for exclusively is refused, and nothing of the lease is taken.
+            await #expect(throws: StorageError.self) {
+                _ = try await s.admin.makeFolder(testNamespace, try StoragePath("fresh"), FolderRequest(parents: false, existOk: false), namesLeaseFor: Self.sessionA)
+            }
+            let still = try await s.admin.lock(testNamespace, Self.request(Self.sessionB, ino: made.inode, owner: 0, kind: .names, .write))
+            #expect(!still.granted && still.conflict?.session == newSession)
+        }
+    }
+
     @Test("bad lock requests are refused with 400; a reader token may lock; an unknown namespace is 404")
     func refusals() async throws {
         try await withServer { s in

@@ -30,10 +30,22 @@ extension StowService {
             if let session = body.namesLease, !Self.isSessionID(session) {
                 throw APIError.badRequest("`names_lease` is a lock session: 16 to 64 of A-Z a-z 0-9 . _ -")
             }
+            let attributes = NewNodeAttributes(mode: body.mode, uid: body.uid, gid: body.gid)
+            if let session = body.namesLease, body.existOk == false {
+                // A new folder (it is an error if it is there) and its lease, in one transaction.
+                var (node, leased) = try await self.store.makeFolder(
+                    ns, path, attributes: attributes, parents: body.parents ?? true, namesLeaseFor: session, leaseNs: self.config.lockLease * 1_000_000_000)
+                if leased {
+                    self.lockSignal.bump()
+                } else {
+                    leased = try await self.takeNamesLease(ns, folder: node.inode.ino, session: session)
+                }
+                var response = self.json(self.record(node, base: self.baseURL(req)), status: .created)
+                if leased { response.headers[Self.namesLeaseHeader] = "granted" }
+                return response
+            }
             let existedBefore = (try? await self.store.node(ns, path)) != nil
-            let node = try await self.store.makeFolder(
-                ns, path, attributes: NewNodeAttributes(mode: body.mode, uid: body.uid, gid: body.gid), parents: body.parents ?? true,
-                existOk: body.existOk ?? true)
+            let node = try await self.store.makeFolder(ns, path, attributes: attributes, parents: body.parents ?? true, existOk: body.existOk ?? true)
             var response = self.json(self.record(node, base: self.baseURL(req)), status: existedBefore ? .ok : .created)
             if let session = body.namesLease, !existedBefore, try await self.takeNamesLease(ns, folder: node.inode.ino, session: session) {
                 response.headers[Self.namesLeaseHeader] = "granted"

@@ -86,6 +86,12 @@ enum LockSetCoding {
 
     static func encode(_ locks: [HeldLock]) -> String { String(decoding: WireJSON.encode(locks), as: UTF8.self) }
 
+    /// The set a `names` lease of `session` is: what `applyLock` makes of an empty set and a
+    /// write lock of owner 0 over the whole range (`FolderRequest.namesLease`).
+    static func namesLease(session: String) -> String {
+        encode(LockArithmetic.apply([], HeldLock(session: session, owner: 0, type: .write, start: 0, end: .max, pid: 0)))
+    }
+
     static func decode(_ text: String) throws -> [HeldLock] {
         do {
             return try WireJSON.decoder().decode([HeldLock].self, from: Data(text.utf8))

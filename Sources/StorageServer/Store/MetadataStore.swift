@@ -42,6 +42,14 @@ public protocol MetadataStore: StagingLedger, ChangeFeed, LockLedger {
 
     // MARK: changing the tree
     func makeFolder(_ ns: Namespace, _ path: StoragePath, attributes: NewNodeAttributes, parents: Bool, existOk: Bool) async throws -> Node
+    /// Makes the folder `path` that is not there yet (`makeFolder` with `existOk: false`) and, in
+    /// the same transaction, gives lock session `session` the new folder's `names` lease
+    /// (`LockSetCoding.namesLease`), starting or renewing the session for `leaseNs`: one commit
+    /// where a folder, the renewal and the lock took three. `leased` is false when the new
+    /// folder's lock set was not empty (take the lease the usual way then).
+    func makeFolder(
+        _ ns: Namespace, _ path: StoragePath, attributes: NewNodeAttributes, parents: Bool, namesLeaseFor session: String, leaseNs: Int64
+    ) async throws -> (node: Node, leased: Bool)
     func removeFolder(_ ns: Namespace, _ path: StoragePath) async throws
     func removeFile(_ ns: Namespace, _ path: StoragePath, ifMatch: String?) async throws
     /// `removeFile` for each, in order, each done or refused on its own (`BatchDelete`; a file

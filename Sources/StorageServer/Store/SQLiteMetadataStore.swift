@@ -373,24 +373,42 @@ public final class SQLiteMetadataStore: MetadataStore {
     // MARK: - Changing the tree
 
     public func makeFolder(_ ns: Namespace, _ path: StoragePath, attributes: NewNodeAttributes, parents: Bool, existOk: Bool) async throws -> Node {
-        try await write { db in
-            let now = Timestamp.nowNanoseconds()
-            if path.isRoot {
-                guard existOk else { throw StoreError.exists(path) }
-                return Node(namespace: ns, path: path, inode: try Self.inode(db, try Self.resolve(db, ns, path)))
-            }
-            let parent = parents
-                ? try Self.ensureFolders(db, ns, path.parent, attributes: attributes, now: now)
-                : try Self.resolveFolder(db, ns, path.parent)
-            if let existing = try Self.lookup(db, parent, path.name) {
-                let inode = try Self.inode(db, existing)
-                guard inode.kind == .directory else { throw StoreError.exists(path) }
-                guard existOk else { throw StoreError.exists(path) }
-                return Node(namespace: ns, path: path, inode: inode)
-            }
-            let ino = try Self.insertDirectory(db, ns, parent: parent, name: path.name, attributes: attributes, now: now)
-            return Node(namespace: ns, path: path, inode: try Self.inode(db, ino))
+        try await write { db in try Self.makeFolder(db, ns, path, attributes: attributes, parents: parents, existOk: existOk) }
+    }
+
+    public func makeFolder(
+        _ ns: Namespace, _ path: StoragePath, attributes: NewNodeAttributes, parents: Bool, namesLeaseFor session: String, leaseNs: Int64
+    ) async throws -> (node: Node, leased: Bool) {
+        let lease = LockSetCoding.namesLease(session: session)
+        return try await write { db in
+            let node = try Self.makeFolder(db, ns, path, attributes: attributes, parents: parents, existOk: false)
+            try db.executeCached(
+                sql: "INSERT INTO lock_sessions(namespace, id, expires_ns) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET expires_ns = excluded.expires_ns",
+                arguments: [ns.name, session, Timestamp.nowNanoseconds() + leaseNs])
+            try db.executeCached(
+                sql: "INSERT INTO lock_sets(namespace, ino, kind, version, locks) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                arguments: [ns.name, Int64(node.inode.ino), LockKind.names.rawValue, LockSetCoding.newVersion(), lease])
+            return (node, db.changesCount == 1)
         }
+    }
+
+    static func makeFolder(_ db: Database, _ ns: Namespace, _ path: StoragePath, attributes: NewNodeAttributes, parents: Bool, existOk: Bool) throws -> Node {
+        let now = Timestamp.nowNanoseconds()
+        if path.isRoot {
+            guard existOk else { throw StoreError.exists(path) }
+            return Node(namespace: ns, path: path, inode: try Self.inode(db, try Self.resolve(db, ns, path)))
+        }
+        let parent = parents
+            ? try Self.ensureFolders(db, ns, path.parent, attributes: attributes, now: now)
+            : try Self.resolveFolder(db, ns, path.parent)
+        if let existing = try Self.lookup(db, parent, path.name) {
+            let inode = try Self.inode(db, existing)
+            guard inode.kind == .directory else { throw StoreError.exists(path) }
+            guard existOk else { throw StoreError.exists(path) }
+            return Node(namespace: ns, path: path, inode: inode)
+        }
+        let ino = try Self.insertDirectory(db, ns, parent: parent, name: path.name, attributes: attributes, now: now)
+        return Node(namespace: ns, path: path, inode: try Self.inode(db, ino))
     }
 
     public func removeFolder(_ ns: Namespace, _ path: StoragePath) async throws {

@@ -490,6 +490,29 @@ public final class PostgresMetadataStore: MetadataStore {
             """)
     }
 
+    /// One statement, so one commit: the folder, the session's renewal and the lease.
+    public func makeFolder(
+        _ ns: Namespace, _ path: StoragePath, attributes: NewNodeAttributes, parents: Bool, namesLeaseFor session: String, leaseNs: Int64
+    ) async throws -> (node: Node, leased: Bool) {
+        let lease = LockSetCoding.namesLease(session: session), version = LockSetCoding.newVersion()
+        let rows = try await rows(
+            """
+            WITH made AS MATERIALIZED (
+                    SELECT \(unescaped: Self.inodeColumns()) FROM stow_make_folder(stow_o(\(ns.name), \(ChangeOrigin.current)), \(path.segments),
+                        \(attributes.mode.map(Int64.init)), \(attributes.uid.map(Int64.init)), \(attributes.gid.map(Int64.init)), \(parents), false)),
+                renewed AS (
+                    INSERT INTO lock_sessions(namespace, id, expires_ns) VALUES (\(ns.name), \(session), stow_now() + \(leaseNs))
+                    ON CONFLICT (namespace, id) DO UPDATE SET expires_ns = EXCLUDED.expires_ns RETURNING 1),
+                leased AS (
+                    INSERT INTO lock_sets(namespace, ino, kind, version, locks)
+                    SELECT \(ns.name), made.ino, \(LockKind.names.rawValue), \(version), \(lease) FROM made
+                    ON CONFLICT DO NOTHING RETURNING 1)
+            SELECT made.*, (SELECT count(*) FROM leased) AS leased, (SELECT count(*) FROM renewed) AS renewed FROM made
+            """)
+        guard let row = rows.first else { throw StoreError.conflict("`\(path)` changed while it was being changed; try again") }
+        return (Node(namespace: ns, path: path, inode: try Self.decodeInode(row)), try row["leased"].decode(Int64.self) == 1)
+    }
+
     public func removeFolder(_ ns: Namespace, _ path: StoragePath) async throws {
         _ = try await rows("SELECT stow_remove_folder(stow_o(\(ns.name), \(ChangeOrigin.current)), \(path.segments))")
     }
