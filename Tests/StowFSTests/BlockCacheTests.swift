@@ -115,7 +115,7 @@ struct BlockCacheTests {
                 if i % 2 == 0 {
                     let f = try CacheFile(path: dir + "/../adopt-\(UUID().uuidString.prefix(6))", truncate: true)
                     try f.write([UInt8](repeating: UInt8(truncatingIfNeeded: i), count: 100), at: 0)
-                    #expect(cache.adopt(etag: "f\(i)", file: f, size: 100))
+                    #expect(cache.adopt(etag: "f\(i)", file: f, size: 100) == .packed)
                 } else {
                     let file = try cache.file(etag: "f\(i)")
                     try file.write([UInt8](repeating: UInt8(truncatingIfNeeded: i), count: 100), at: 0)
@@ -123,10 +123,11 @@ struct BlockCacheTests {
                 }
             }
             let open = Self.descriptors(under: dir)
-            #expect(cache.openFiles <= BlockCache.openLimit && open <= BlockCache.openLimit && open < count / 10, "\(open) descriptors open in the cache")
+            // The open block files, and the pack the adopted ones share.
+            #expect(cache.openFiles <= BlockCache.openLimit && open <= BlockCache.openLimit + 1 && open < count / 10, "\(open) descriptors open in the cache")
             for i in stride(from: 0, to: count, by: 7) {
                 let segment = try #require(cache.segment(etag: "f\(i)", range: 0..<100), "file \(i)")
-                #expect(segment.file.read(at: 0, length: 100) == [UInt8](repeating: UInt8(truncatingIfNeeded: i), count: 100), "file \(i)")
+                #expect(segment.file.read(at: segment.offset, length: 100) == [UInt8](repeating: UInt8(truncatingIfNeeded: i), count: 100), "file \(i)")
             }
             #expect(cache.statistics.bytes == Int64(count * 100))
             // A fetch into a version dropped meanwhile (and made again) does not count for the new file.
@@ -138,13 +139,136 @@ struct BlockCacheTests {
         }
     }
 
+    /// A copy of `count` bytes of `byte`, as the engine hands one over after its upload.
+    static func copy(_ dir: String, _ byte: UInt8, _ count: Int) throws -> CacheFile {
+        let f = try CacheFile(path: dir + "/../copy-\(UUID().uuidString.prefix(8))", truncate: true)
+        try f.write([UInt8](repeating: byte, count: count), at: 0)
+        return f
+    }
+
+    @Test("small copies are packed into one file, each read back at its own slot; the copy stays the caller's; freed slots are used again by files of their size; an empty pack is cut to nothing")
+    func packed() throws {
+        try withCache(capacity: 1 << 30) { cache in
+            let dir = cache.directory
+            var copies: [CacheFile] = []
+            for (i, size) in [1, 100, 4096, 4097 - 1, 3000].enumerated() {
+                let f = try Self.copy(dir, UInt8(i + 1), size)
+                #expect(cache.adopt(etag: "p\(i)", file: f, size: Int64(size)) == .packed)
+                #expect(FileManager.default.fileExists(atPath: f.path), "the copy is still the caller's")
+                copies.append(f)
+            }
+            for (i, size) in [1, 100, 4096, 4096, 3000].enumerated() {
+                let s = try #require(cache.segment(etag: "p\(i)", range: 0..<Int64(size)))
+                #expect(s.offset % 4096 == 0 && s.length == size)
+                #expect(s.file.read(at: s.offset, length: size) == [UInt8](repeating: UInt8(i + 1), count: size), "p\(i)")
+                // Never past the file's own bytes into the rest of its slot.
+                #expect(cache.segment(etag: "p\(i)", range: 10..<4096)?.length == max(0, size - 10))
+            }
+            #expect(cache.statistics.bytes == 1 + 100 + 4096 + 4096 + 3000)
+            let pack = dir + "/.pack"
+            let slotOfP1 = try #require(cache.segment(etag: "p1", range: 0..<1)).offset
+            cache.drop(etag: "p1")
+            #expect(cache.segment(etag: "p1", range: 0..<1) == nil)
+            #expect(cache.statistics.bytes == 1 + 4096 + 4096 + 3000)
+            // The next file of one page takes p1's slot; the others still read their own bytes.
+            #expect(cache.adopt(etag: "q", file: try Self.copy(dir, 9, 50), size: 50) == .packed)
+            do {
+                let q = try #require(cache.segment(etag: "q", range: 0..<50))
+                #expect(q.offset == slotOfP1 && q.file.read(at: q.offset, length: 50) == [UInt8](repeating: 9, count: 50))
+                let p0 = try #require(cache.segment(etag: "p0", range: 0..<1))
+                #expect(p0.file.read(at: p0.offset, length: 1) == [1])
+            }
+            // A version already held is not packed twice.
+            #expect(cache.adopt(etag: "q", file: try Self.copy(dir, 8, 50), size: 50) == .refused)
+            for etag in ["p0", "p2", "p3", "p4", "q"] { cache.drop(etag: etag) }
+            #expect(cache.statistics.bytes == 0)
+            #expect(BlockCache.stat(pack)?.size == 0, "an empty pack is cut to nothing")
+        }
+    }
+
+    @Test("packed files are evicted like blocks: the cache stays within its capacity, their slots are used again, and the files left read back their own bytes")
+    func packedEvicted() throws {
+        try withCache { cache in
+            let dir = cache.directory
+            for i in 0..<40 {
+                #expect(cache.adopt(etag: "e\(i)", file: try Self.copy(dir, UInt8(i + 1), 4000), size: 4000) == .packed)
+            }
+            let bytes = cache.statistics.bytes
+            #expect(bytes > 0 && bytes <= Int64(16 * Self.blockSize), "\(bytes)")
+            let left = (0..<40).filter { cache.segment(etag: "e\($0)", range: 0..<1) != nil }
+            #expect(left.count == Int(bytes / 4000) && left.contains(39))
+            for i in left {
+                let s = try #require(cache.segment(etag: "e\(i)", range: 0..<4000))
+                #expect(s.file.read(at: s.offset, length: 4000) == [UInt8](repeating: UInt8(i + 1), count: 4000), "e\(i)")
+            }
+            // Slots were used again: the pack is no longer than the files it held at most at once.
+            let packSize = try #require(BlockCache.stat(dir + "/.pack")?.size)
+            #expect(packSize <= Int64(17 * 4096), "\(packSize)")
+        }
+    }
+
+    @Test("a packed version forgotten while a read still splices from it keeps its slot until the read is done: a new file does not take it meanwhile")
+    func packedSlotWaitsForItsReader() throws {
+        try withCache(capacity: 1 << 30) { cache in
+            let dir = cache.directory
+            #expect(cache.adopt(etag: "a", file: try Self.copy(dir, 1, 100), size: 100) == .packed)
+            #expect(cache.adopt(etag: "b", file: try Self.copy(dir, 2, 100), size: 100) == .packed)
+            var reading: FileSegment? = try #require(cache.segment(etag: "a", range: 0..<100))
+            cache.drop(etag: "a")
+            #expect(cache.adopt(etag: "c", file: try Self.copy(dir, 3, 100), size: 100) == .packed)
+            let c = try #require(cache.segment(etag: "c", range: 0..<100))
+            #expect(c.offset != reading!.offset)
+            #expect(reading!.file.read(at: reading!.offset, length: 100) == [UInt8](repeating: 1, count: 100), "the reader still reads a's bytes")
+            let slotOfA = reading!.offset
+            reading = nil
+            // Now its slot is free again.
+            #expect(cache.adopt(etag: "d", file: try Self.copy(dir, 4, 100), size: 100) == .packed)
+            #expect(try #require(cache.segment(etag: "d", range: 0..<100)).offset == slotOfA)
+            #expect(cache.pinnedBlocks == 1, "only c's reader holds a pin; d's segment went")
+            _ = c
+        }
+    }
+
+    @Test("packed files are kept by persist and read back by the next start; evicted ones are not; a pack cut short is not trusted")
+    func packedAcrossStarts() throws {
+        let dir = FileManager.default.temporaryDirectory.path + "/stow-blocks-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        do {
+            let cache = try BlockCache(directory: dir, blockSize: Self.blockSize, capacity: 0)
+            for i in 0..<3 { #expect(cache.adopt(etag: "k\(i)", file: try Self.copy(dir, UInt8(10 + i), 1000 + i), size: Int64(1000 + i)) == .packed) }
+            try Self.store(cache, etag: "blocks", block: 0)
+            try cache.persist()
+        }
+        do {
+            let again = try BlockCache(directory: dir, blockSize: Self.blockSize, capacity: 0)
+            again.claimIndex()
+            for i in 0..<3 {
+                let s = try #require(again.segment(etag: "k\(i)", range: 0..<Int64(1000 + i)), "k\(i)")
+                #expect(s.file.read(at: s.offset, length: 1000 + i) == [UInt8](repeating: UInt8(10 + i), count: 1000 + i))
+            }
+            #expect(again.segment(etag: "blocks", range: 0..<1) != nil)
+            #expect(again.statistics.bytes == 1000 + 1001 + 1002 + Int64(Self.blockSize))
+            // A new file goes after the kept ones, not over them.
+            #expect(again.adopt(etag: "n", file: try Self.copy(dir, 99, 10), size: 10) == .packed)
+            let k2 = try #require(again.segment(etag: "k2", range: 0..<1002))
+            #expect(k2.file.read(at: k2.offset, length: 1002) == [UInt8](repeating: 12, count: 1002))
+            again.drop(etag: "n")
+            try again.persist()
+        }
+        // The pack cut short: the slots past its end are not trusted, the others are.
+        truncate(dir + "/.pack", 4096 + 10)
+        let third = try BlockCache(directory: dir, blockSize: Self.blockSize, capacity: 0)
+        let kept = (0..<3).filter { third.segment(etag: "k\($0)", range: 0..<1) != nil }
+        #expect(kept.count == 1, "\(kept)")
+    }
+
     @Test("an adopted copy counts its own bytes: dropping it, or evicting its last short block, gives back exactly those")
     func adoptedBytes() throws {
         try withCache { cache in
             let dir = cache.directory
             let file = try CacheFile(path: dir + "/../adopt-\(UUID().uuidString.prefix(6))", truncate: true)
             try file.write([UInt8](repeating: 7, count: Self.blockSize + 10), at: 0)
-            #expect(cache.adopt(etag: "a", file: file, size: Int64(Self.blockSize + 10)))
+            #expect(cache.adopt(etag: "a", file: file, size: Int64(Self.blockSize + 10)) == .moved)
             #expect(cache.statistics.bytes == Int64(Self.blockSize + 10))
             #expect(cache.segment(etag: "a", range: 0..<Int64(Self.blockSize + 10))?.length == Self.blockSize + 10)
             cache.drop(etag: "a")

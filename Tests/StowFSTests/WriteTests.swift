@@ -21,18 +21,35 @@ struct WriteTests {
         }
     }
 
-    @Test("an uploaded local copy becomes the block cache's copy of the version stored (moved, not copied), and each file keeps its own content")
+    @Test("an uploaded local copy becomes the block cache's copy of the version stored (a small one copied into the pack, its copy used again; a large one moved), and each file keeps its own content")
     func copiesAdopted() async throws {
         try await withEngine { h in
             let files = h.cacheDirectory + "/files", blocks = h.cacheDirectory + "/blocks"
+            var bytes = 0
             for i in 0..<20 {
-                try await h.write("f\(i)", String(repeating: "file \(i) ", count: 20 - i))
+                let text = String(repeating: "file \(i) ", count: 20 - i)
+                try await h.write("f\(i)", text)
+                bytes += text.utf8.count
                 await h.fs.sync()
             }
             // What stays in `files` are empty spares for the next files (the pool makes them ahead).
             let left = try FileManager.default.contentsOfDirectory(atPath: files)
             #expect(try left.allSatisfy { try FileManager.default.attributesOfItem(atPath: files + "/" + $0)[.size] as? Int == 0 }, "no local copy is left once stored")
-            #expect(try FileManager.default.contentsOfDirectory(atPath: blocks).count == 20, "each stored copy is a version in the block cache")
+            // Adopted once the upload's answer is handled, which may come just after `sync` returns.
+            let adopted = ContinuousClock.now + .seconds(10)
+            while await h.fs.status().cache.bytes < Int64(bytes), ContinuousClock.now < adopted { try await Task.sleep(for: .milliseconds(10)) }
+            #expect(try FileManager.default.contentsOfDirectory(atPath: blocks) == [".pack"], "small stored copies share the pack")
+            #expect(await h.fs.status().cache.bytes == Int64(bytes), "each stored copy is a version in the block cache")
+            let large = String(repeating: "x", count: Int(BlockCache.packedUpTo) + 1)
+            try await h.write("large", large)
+            await h.fs.sync()
+            // Adopted once the upload's answer is handled, which may come just after `sync` returns.
+            let deadline = ContinuousClock.now + .seconds(10)
+            while try FileManager.default.contentsOfDirectory(atPath: blocks).count < 2, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            #expect(try FileManager.default.contentsOfDirectory(atPath: blocks).count == 2, "a larger copy is moved into a file of its own")
+            #expect(try await h.text("large") == large)
             let misses = await h.fs.status().cache.misses
             for i in 0..<20 {
                 let expected = String(repeating: "file \(i) ", count: 20 - i)

@@ -41,12 +41,13 @@ extension StowFileSystem {
         guard var file = consume uploaded else { return }
         // A read still splicing from it holds another reference: then it is deleted, as before.
         // Otherwise it becomes the block cache's copy of the version just stored (a read after
-        // the kernel dropped its pages, or an offline mount, finds it there), or is reused.
+        // the kernel dropped its pages, or an offline mount, finds it there): a small one is
+        // copied into the cache's pack and reused, a larger one moved there.
         guard isKnownUniquelyReferenced(&file) else {
             Glibc.unlink(file.path)
             return
         }
-        if (try? file.truncate(to: f.record.size)) != nil, blocks.adopt(etag: f.record.etag, file: file, size: f.record.size) { return }
+        if (try? file.truncate(to: f.record.size)) != nil, blocks.adopt(etag: f.record.etag, file: file, size: f.record.size) == .moved { return }
         cacheFiles.give(file)
     }
 
