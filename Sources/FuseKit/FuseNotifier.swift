@@ -42,6 +42,15 @@ final class FuseNotifier: KernelNotifier, @unchecked Sendable {
         }
     }
 
+    func invalidateAttributes(_ ino: InodeNumber) {
+        queue.async { [self] in
+            guard !closed.withLock({ $0 }) else { return }
+            // A negative offset: the attributes only.
+            let rc = fuse_lowlevel_notify_inval_inode(session, fuse_ino_t(ino), -1, 0)
+            if rc != 0 && rc != -ENOENT { logger.debug("notify_inval_attr(\(ino)): \(rc)") }
+        }
+    }
+
     func barrier(timeout: Duration) async {
         // Resumed once: by the queue reaching it, or by the timer (a notification stuck in the
         // kernel must not hold a lock's holder for ever).

@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 #endif
 import StorageProtocol
+import Synchronization
 import Testing
 
 /// Two mounts of one namespace (two cache folders, one server), the attribute TTL set to 300 s:
@@ -224,6 +225,62 @@ struct CoherenceMountTests {
             }
             #expect(took != nil, "the held descriptor kept reading \(seen)")
             #expect(seen.allSatisfy { $0 == "first\n" || $0 == "the-second-version\n" }, "a read mixed the versions: \(seen)")
+        }
+    }
+
+    /// What the readers of `heldDescriptorGrowing` share.
+    final class GrowingReads: Sendable {
+        let stop = Atomic<Bool>(false)
+        let reads = Atomic<Int>(0)
+        let torn = Mutex<[String]>([])
+    }
+
+    /// Version `n` of `heldDescriptorGrowing`'s file: n+1 digits n and a newline, each longer than the one before.
+    static func growingVersion(_ n: Int) -> String { String(repeating: String(n % 10), count: n + 1) + "\n" }
+
+    static func pread(_ fd: Int32) -> String {
+        var buffer = [UInt8](repeating: 0, count: 256)
+        let n = buffer.withUnsafeMutableBytes { Glibc.pread(fd, $0.baseAddress, 256, 0) }
+        return n > 0 ? String(decoding: buffer[0..<n], as: UTF8.self) : ""
+    }
+
+    /// `count` threads reading `fd` from its start until `shared.stop`, noting each read that is not in `whole`.
+    static func startReaders(_ count: Int, fd: Int32, whole: Set<String>, _ shared: GrowingReads) {
+        for _ in 0..<count {
+            Thread {
+                while !shared.stop.load(ordering: .relaxed) {
+                    let text = pread(fd)
+                    shared.reads.add(1, ordering: .relaxed)
+                    if !whole.contains(text) { shared.torn.withLock { if $0.count < 10 { $0.append(text) } } }
+                }
+            }.start()
+        }
+    }
+
+    @Test("readers of a descriptor B holds open, reading all the time while A makes the file longer and longer, each read one whole version (a read under way when a change came was once cut at the old size)")
+    func heldDescriptorGrowing() async throws {
+        try await withTwoMounts(extra: Self.ttl) { a, b in
+            let versions = 24
+            try a.sh("printf '\(Self.growingVersion(0))' > \(a.mountpoint)/grows")
+            _ = try a.stowfs(["sync", a.mountpoint])
+            #expect(try await Self.eventually { Self.read(b.mountpoint + "/grows") == Self.growingVersion(0) } != nil)
+            let fd = Glibc.open(b.mountpoint + "/grows", O_RDONLY)
+            try #require(fd >= 0)
+            defer { Glibc.close(fd) }
+            let whole = Set((0..<versions).map(Self.growingVersion))
+            let shared = GrowingReads()
+            Self.startReaders(3, fd: fd, whole: whole, shared)
+            for n in 1..<versions {
+                try a.sh("printf '\(Self.growingVersion(n))' > \(a.mountpoint)/grows")
+                _ = try a.stowfs(["sync", a.mountpoint])
+                _ = try await Self.eventually { Self.pread(fd) == Self.growingVersion(n) }
+            }
+            shared.stop.store(true, ordering: .relaxed)
+            try await Task.sleep(for: .milliseconds(100))
+            #expect(shared.reads.load(ordering: .relaxed) > versions, "the readers read")
+            let torn = shared.torn.withLock { $0 }
+            #expect(torn.isEmpty, "reads that were not one whole version: \(torn)")
+            #expect(Self.pread(fd) == Self.growingVersion(versions - 1), "the held descriptor reads the last version")
         }
     }
 
