@@ -122,7 +122,7 @@ extension StowFileSystem {
                 } else if cursor != nil {
                     let (list, open) = apply(answer.changes)
                     forget = list
-                    for ino in open { Task { await self.followOpen(ino) } }
+                    for (ino, before) in open { Task { await self.followOpen(ino, before: before) } }
                 }
                 cursor = answer.cursor
                 feed.value.withLock { v in
@@ -179,7 +179,7 @@ extension StowFileSystem {
             if let grant, since != nil, let changes = grant.changes, let next = grant.cursor, ChangeCursor(next) != nil {
                 let (list, open) = apply(changes, counted: false)
                 notifyKernel(list)
-                for ino in open { await followOpen(ino) }
+                for (ino, before) in open { await followOpen(ino, before: before) }
                 cursor = next
             }
             let deadline = ContinuousClock.now + .seconds(2)
@@ -191,7 +191,7 @@ extension StowFileSystem {
                 guard let answer = try? await store.changes(ns, since: cursor, wait: .zero), !answer.reset else { break }
                 let (list, open) = apply(answer.changes, counted: false)
                 notifyKernel(list)
-                for ino in open { await followOpen(ino) }
+                for (ino, before) in open { await followOpen(ino, before: before) }
                 if answer.changes.isEmpty && answer.cursor == cursor { try? await Task.sleep(for: .milliseconds(2)) }
                 cursor = answer.cursor
             }
@@ -210,14 +210,14 @@ extension StowFileSystem {
     /// `counted`: the follower's own reads count in `stowfs status` (a lock's catch-up does not).
     /// Also returns the files open here (for reading) that changed: their descriptors are to
     /// follow the new version (`followOpen`).
-    func apply(_ changes: [ChangeRecord], counted: Bool = true) -> ([KernelInvalidation], [InodeNumber]) {
+    func apply(_ changes: [ChangeRecord], counted: Bool = true) -> ([KernelInvalidation], [(ino: InodeNumber, before: FileAttributes)]) {
         let own = configuration.origin
         var out: [KernelInvalidation] = []
         var seen = Set<KernelInvalidation>()
         func add(_ i: KernelInvalidation) { if seen.insert(i).inserted { out.append(i) } }
         var applied = 0, echoes = 0, reset = false
         var recalls: [UInt64] = []
-        var opened: [InodeNumber] = []
+        var opened: [(ino: InodeNumber, before: FileAttributes)] = []
         var released: [CacheFile] = []
         defer { for f in released { giveBack(f) } }
         state.withLock { s in
@@ -260,7 +260,7 @@ extension StowFileSystem {
                     s.inodes[i]?.validUntil = Self.forcedStale
                     if e.openHandles > 0, e.kind == .file, !c.removed {
                         // Read here now: its pages stay until the kernel has the new size (`followOpen`).
-                        if !opened.contains(i) { opened.append(i) }
+                        if !opened.contains(where: { $0.ino == i }) { opened.append((i, e.attributes)) }
                         add(.attributes(i))
                         continue
                     }
@@ -303,8 +303,8 @@ extension StowFileSystem {
     /// ten to twenty runs). Given the new size, the kernel drops the pages itself, with the size
     /// already in place (FUSE's auto_inval_data). A change that keeps the size drops the pages
     /// from here, as the kernel would keep them: a read it cuts short is cut at the same length.
-    func followOpen(_ ino: InodeNumber) async {
-        let before = state.withLock { $0.inodes[ino]?.attributes }
+    /// `before`: its attributes when the change came (what the kernel may still have).
+    func followOpen(_ ino: InodeNumber, before: FileAttributes) async {
         do throws(FSError) {
             try await refreshAfterChange(ino)
         } catch {
@@ -317,9 +317,13 @@ extension StowFileSystem {
                 s.handles[id]?.etag = etag
                 moved = true
             }
-            return (moved, before?.size == e.attributes.size && before?.mtime == e.attributes.mtime)
+            return (moved, before.size == e.attributes.size && before.mtime == e.attributes.mtime)
         }
-        if moved { notifyKernel([kernelKeepsPages ? .inode(ino) : .attributes(ino)]) }
+        if kernelKeepsPages {
+            notifyKernel([.inode(ino)])
+        } else if moved {
+            notifyKernel([.attributes(ino)])
+        }
     }
 
     /// A local copy the server has exactly (stored, closed, nothing owed) is no newer than the
