@@ -33,21 +33,17 @@ final class FuseNotifier: KernelNotifier, @unchecked Sendable {
         }
     }
 
-    func invalidateInode(_ ino: InodeNumber) {
-        queue.async { [self] in
-            guard !closed.withLock({ $0 }) else { return }
-            // Offset 0, length 0: the attributes and every cached page.
-            let rc = fuse_lowlevel_notify_inval_inode(session, fuse_ino_t(ino), 0, 0)
-            if rc != 0 && rc != -ENOENT { logger.debug("notify_inval_inode(\(ino)): \(rc)") }
-        }
-    }
+    /// Offset 0, length 0: the attributes and every cached page.
+    func invalidateInode(_ ino: InodeNumber) { invalidate(ino, from: 0) }
 
-    func invalidateAttributes(_ ino: InodeNumber) {
+    /// A negative offset: the attributes only.
+    func invalidateAttributes(_ ino: InodeNumber) { invalidate(ino, from: -1) }
+
+    private func invalidate(_ ino: InodeNumber, from offset: Int64) {
         queue.async { [self] in
             guard !closed.withLock({ $0 }) else { return }
-            // A negative offset: the attributes only.
-            let rc = fuse_lowlevel_notify_inval_inode(session, fuse_ino_t(ino), -1, 0)
-            if rc != 0 && rc != -ENOENT { logger.debug("notify_inval_attr(\(ino)): \(rc)") }
+            let rc = fuse_lowlevel_notify_inval_inode(session, fuse_ino_t(ino), off_t(offset), 0)
+            if rc != 0 && rc != -ENOENT { logger.debug("notify_inval_inode(\(ino), \(offset)): \(rc)") }
         }
     }
 

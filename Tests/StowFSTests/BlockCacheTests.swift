@@ -8,9 +8,11 @@ import Testing
 struct BlockCacheTests {
     static let blockSize = 4096
 
+    static func temporaryFolder() -> String { FileManager.default.temporaryDirectory.path + "/stow-blocks-\(UUID().uuidString.prefix(8))" }
+
     /// The smallest cache there is by default: 16 blocks.
     func withCache(capacity: Int64 = 0, _ body: (BlockCache) throws -> Void) throws {
-        let dir = FileManager.default.temporaryDirectory.path + "/stow-blocks-\(UUID().uuidString.prefix(8))"
+        let dir = Self.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         try body(try BlockCache(directory: dir, blockSize: Self.blockSize, capacity: capacity))
     }
@@ -75,7 +77,7 @@ struct BlockCacheTests {
 
     @Test("kept by persist and taken by the next start; a late fetch or eviction after persist changes nothing; a file gone or cut short is not trusted")
     func keptAcrossStarts() throws {
-        let dir = FileManager.default.temporaryDirectory.path + "/stow-blocks-\(UUID().uuidString.prefix(8))"
+        let dir = Self.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         do {
             let cache = try BlockCache(directory: dir, blockSize: Self.blockSize, capacity: 0)
@@ -229,9 +231,9 @@ struct BlockCacheTests {
         }
     }
 
-    @Test("packed files are kept by persist and read back by the next start; evicted ones are not; a pack cut short is not trusted")
+    @Test("packed files are kept by persist and read back by the next start; dropped ones are not; a pack cut short is not trusted")
     func packedAcrossStarts() throws {
-        let dir = FileManager.default.temporaryDirectory.path + "/stow-blocks-\(UUID().uuidString.prefix(8))"
+        let dir = Self.temporaryFolder()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         do {
             let cache = try BlockCache(directory: dir, blockSize: Self.blockSize, capacity: 0)
@@ -260,6 +262,7 @@ struct BlockCacheTests {
         let third = try BlockCache(directory: dir, blockSize: Self.blockSize, capacity: 0)
         let kept = (0..<3).filter { third.segment(etag: "k\($0)", range: 0..<1) != nil }
         #expect(kept.count == 1, "\(kept)")
+        #expect(third.segment(etag: "n", range: 0..<1) == nil, "a version dropped before the unmount is not kept")
     }
 
     @Test("an adopted copy counts its own bytes: dropping it, or evicting its last short block, gives back exactly those")

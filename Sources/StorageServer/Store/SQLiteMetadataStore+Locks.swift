@@ -45,14 +45,27 @@ extension SQLiteMetadataStore {
         }
     }
 
+    /// Starts session `id` of `ns`, or moves its end, to `expires`.
+    static func startSession(_ db: Database, _ ns: Namespace, id: String, expires: Int64) throws {
+        try db.executeCached(
+            sql: "INSERT INTO lock_sessions(namespace, id, expires_ns) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET expires_ns = excluded.expires_ns",
+            arguments: [ns.name, id, expires])
+    }
+
+    /// A set for `key` where none is kept; false when one is.
+    static func insertLockSet(_ db: Database, _ key: LockSetKey, _ locks: String) throws -> Bool {
+        try db.executeCached(
+            sql: "INSERT INTO lock_sets(namespace, ino, kind, version, locks) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            arguments: [key.namespace.name, Int64(key.ino), key.kind.rawValue, LockSetCoding.newVersion(), locks])
+        return db.changesCount == 1
+    }
+
     public func replaceLockSet(_ key: LockSetKey, expected: Int64, locks: [HeldLock]) async throws -> Bool {
         let text = LockSetCoding.encode(locks)
         return try await write { db in
             let args: StatementArguments = [key.namespace.name, Int64(key.ino), key.kind.rawValue]
             if expected == 0 {
-                try db.executeCached(
-                    sql: "INSERT INTO lock_sets(namespace, ino, kind, version, locks) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                    arguments: args + [LockSetCoding.newVersion(), text])
+                return try Self.insertLockSet(db, key, text)
             } else if locks.isEmpty {
                 try db.executeCached(sql: "DELETE FROM lock_sets WHERE namespace = ? AND ino = ? AND kind = ? AND version = ?", arguments: args + [expected])
             } else {
@@ -69,9 +82,7 @@ extension SQLiteMetadataStore {
             let now = Timestamp.nowNanoseconds()
             let expires = try Int64.fetchOne(
                 try db.cachedStatement(sql: "SELECT expires_ns FROM lock_sessions WHERE namespace = ? AND id = ?"), arguments: [ns.name, id])
-            try db.executeCached(
-                sql: "INSERT INTO lock_sessions(namespace, id, expires_ns) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET expires_ns = excluded.expires_ns",
-                arguments: [ns.name, id, now + leaseNs])
+            try Self.startSession(db, ns, id: id, expires: now + leaseNs)
             return (expires ?? 0) > now
         }
     }

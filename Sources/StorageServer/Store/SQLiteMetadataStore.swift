@@ -382,13 +382,8 @@ public final class SQLiteMetadataStore: MetadataStore {
         let lease = LockSetCoding.namesLease(session: session)
         return try await write { db in
             let node = try Self.makeFolder(db, ns, path, attributes: attributes, parents: parents, existOk: false)
-            try db.executeCached(
-                sql: "INSERT INTO lock_sessions(namespace, id, expires_ns) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET expires_ns = excluded.expires_ns",
-                arguments: [ns.name, session, Timestamp.nowNanoseconds() + leaseNs])
-            try db.executeCached(
-                sql: "INSERT INTO lock_sets(namespace, ino, kind, version, locks) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                arguments: [ns.name, Int64(node.inode.ino), LockKind.names.rawValue, LockSetCoding.newVersion(), lease])
-            return (node, db.changesCount == 1)
+            try Self.startSession(db, ns, id: session, expires: Timestamp.nowNanoseconds() + leaseNs)
+            return (node, try Self.insertLockSet(db, LockSetKey(namespace: ns, ino: node.inode.ino, kind: .names), lease))
         }
     }
 
