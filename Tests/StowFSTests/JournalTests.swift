@@ -219,4 +219,240 @@ struct JournalTests {
         // The same upload: the held row's copy, not another record.
         #expect(recovered.first { $0.id == h2 }?.cacheFile == dir + "/2")
     }
+
+    // MARK: - The close log
+
+    /// A power cut, as the files show it after: SQLite's two files as they were at the last sync
+    /// (`durable`, copied then), and the close log as it is now. Returns the folder they are in.
+    static func afterPowerCut(durable: String, log: String?) throws -> String {
+        let (dir, path) = tempPath()
+        for suffix in ["", "-wal"] where FileManager.default.fileExists(atPath: durable + suffix) {
+            try FileManager.default.copyItem(atPath: durable + suffix, toPath: path + suffix)
+        }
+        if let log { try FileManager.default.copyItem(atPath: log, toPath: path + "-close.log") }
+        return dir
+    }
+
+    /// SQLite's files as they are now, copied aside (what survives a power cut right now).
+    static func snapshot(_ path: String) throws -> String {
+        let (dir, copy) = tempPath()
+        _ = dir
+        for suffix in ["", "-wal"] where FileManager.default.fileExists(atPath: path + suffix) {
+            try FileManager.default.copyItem(atPath: path + suffix, toPath: copy + suffix)
+        }
+        return copy
+    }
+
+    func insertSmall(_ journal: UploadJournal, _ ns: Namespace, _ name: String, replaces: UploadJournal.Deletion? = nil) throws -> Int64 {
+        try journal.insert(
+            location: Location(namespace: ns, path: try StoragePath("d/\(name)")), cacheFile: "/cache/\(name)", size: Int64(name.utf8.count),
+            params: UploadParams(), contentType: "text/plain", tags: ["t-\(name)"], patch: nil, state: .held, content: Data("bytes of \(name)".utf8),
+            replaces: replaces)
+    }
+
+    @Test("a close's record whose SQLite commit a power cut lost comes back from the close log, whole and with its id; without the log it is gone")
+    func closeLogReplays() throws {
+        let (dir, path) = Self.tempPath()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ns = try Namespace("closelog")
+        let journal = try UploadJournal(path: path)
+        let first = try insertSmall(journal, ns, "first")
+        try journal.makeDurable()
+        let durable = try Self.snapshot(path)
+        let second = try insertSmall(journal, ns, "second", replaces: UploadJournal.Deletion(remoteIno: 42, ifMatch: "etag-42"))
+        let third = try insertSmall(journal, ns, "third")
+
+        let withLog = try Self.afterPowerCut(durable: durable, log: path + "-close.log")
+        let withoutLog = try Self.afterPowerCut(durable: durable, log: nil)
+        defer {
+            for d in [withLog, withoutLog, (durable as NSString).deletingLastPathComponent] { try? FileManager.default.removeItem(atPath: d) }
+        }
+        // The copy of the WAL taken before the two inserts does not hold them: the test's premise.
+        #expect(try UploadJournal(path: withoutLog + "/journal.sqlite", useCloseLog: false).all().map(\.id) == [first])
+
+        let recovered = try UploadJournal(path: withLog + "/journal.sqlite")
+        let records = try recovered.all()
+        #expect(records.map(\.id) == [first, second, third])
+        let r = try #require(records.first { $0.id == second })
+        #expect(r.location.path.string == "d/second")
+        #expect(r.cacheFile == "/cache/second")
+        #expect(r.contentType == "text/plain")
+        #expect(r.tags == ["t-second"])
+        #expect(r.state == .held)
+        #expect(r.replaces == UploadJournal.Deletion(remoteIno: 42, ifMatch: "etag-42"))
+        // The bytes kept in the record came back too: the restart writes them to the local copies.
+        let contents = try DatabaseQueue(path: withLog + "/journal.sqlite").read { db in
+            try Row.fetchAll(db, sql: "SELECT id, content FROM uploads ORDER BY id")
+        }
+        #expect(contents.map { $0["content"] as Data } == ["first", "second", "third"].map { Data("bytes of \($0)".utf8) })
+        // A new record after the replay takes the next id, not one of theirs.
+        #expect(try insertSmall(recovered, ns, "fourth") > third)
+    }
+
+    @Test("the close log brings back only what SQLite lost: a record finished (deleted) by a later commit on disk stays gone")
+    func closeLogSkipsWhatSQLiteKept() throws {
+        let (dir, path) = Self.tempPath()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ns = try Namespace("closelog")
+        let journal = try UploadJournal(path: path)
+        let landed = try insertSmall(journal, ns, "landed")
+        let kept = try insertSmall(journal, ns, "kept")
+        try journal.finish([landed])  // a synced commit: it and everything before it are on disk
+        let durable = try Self.snapshot(path)
+        let lost = try insertSmall(journal, ns, "lost")
+        let after = try Self.afterPowerCut(durable: durable, log: path + "-close.log")
+        defer { for d in [after, (durable as NSString).deletingLastPathComponent] { try? FileManager.default.removeItem(atPath: d) } }
+        #expect(try UploadJournal(path: after + "/journal.sqlite").all().map(\.id) == [kept, lost])
+    }
+
+    @Test("a close's row waits for SQLite only in the close log; the next commit of anything puts it in first, so that a synced commit makes it durable without the log")
+    func pendingRowsGoInFirst() throws {
+        let (dir, path) = Self.tempPath()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ns = try Namespace("closelog")
+        let journal = try UploadJournal(path: path)
+        let first = try insertSmall(journal, ns, "first")
+        // An unlink's record (an id given in a transaction, after the pending row's) and a synced commit.
+        let gone = try journal.insertDeletion(location: Location(namespace: ns, path: try StoragePath("d/gone")), .init(remoteIno: 9, ifMatch: nil))
+        try journal.delete([])
+        #expect(gone > first)
+        let durable = try Self.snapshot(path)
+        defer { try? FileManager.default.removeItem(atPath: (durable as NSString).deletingLastPathComponent) }
+        // SQLite alone (no log) has both, in order.
+        let after = try Self.afterPowerCut(durable: durable, log: nil)
+        defer { try? FileManager.default.removeItem(atPath: after) }
+        #expect(try UploadJournal(path: after + "/journal.sqlite", useCloseLog: false).all().map(\.id) == [first, gone])
+    }
+
+    @Test("closes on several threads while landings finish their records and the drain runs: every record finished stays gone, every other one is there once", .timeLimit(.minutes(1)))
+    func pendingRowsRaceWithFinish() throws {
+        let (dir, path) = Self.tempPath()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ns = try Namespace("closelog")
+        let journal = try UploadJournal(path: path)
+        let written = Mutex<[Int64]>([])
+        let finished = Mutex<Set<Int64>>([])
+        let errors = Mutex<[String]>([])
+        let writing = Atomic<Int>(4)
+        let done = DispatchGroup()
+        done.enter()
+        Thread.detachNewThread {
+            // Finishes what was written, a few at a time, as landings do, until the writers stop.
+            while true {
+                let stopping = writing.load(ordering: .acquiring) == 0
+                let batch = written.withLock { w -> [Int64] in
+                    let b = Array(w.prefix(3))
+                    w.removeFirst(b.count)
+                    return b
+                }
+                if !batch.isEmpty {
+                    do { try journal.finish(batch) } catch { errors.withLock { $0.append("finish: \(error)") } }
+                    finished.withLock { $0.formUnion(batch) }
+                } else if stopping {
+                    break
+                }
+            }
+            done.leave()
+        }
+        var all: [Int64] = []
+        let allLock = Mutex<[Int64]>([])
+        Self.onThreads(4) { t in
+            for i in 0..<150 {
+                let id: Int64
+                do { id = try self.insertSmall(journal, ns, "t\(t)-\(i)") } catch {
+                    errors.withLock { $0.append("insert: \(error)") }
+                    continue
+                }
+                allLock.withLock { $0.append(id) }
+                // Every other record is finished.
+                if i % 2 == 0 { written.withLock { $0.append(id) } }
+            }
+            writing.subtract(1, ordering: .releasing)
+        }
+        done.wait()
+        all = allLock.withLock { $0 }
+        #expect(errors.withLock { $0 } == [])
+        let gone = finished.withLock { $0 }
+        #expect(gone.count == 4 * 75)
+        let expected = Set(all).subtracting(gone)
+        let ids = try journal.all().map(\.id)
+        #expect(ids.count == expected.count)
+        #expect(Set(ids) == expected)
+        // And what a restart reads: the same (the log's rows SQLite holds are not put back).
+        try journal.makeDurable()
+        #expect(Set(try UploadJournal(path: path).all().map(\.id)) == expected)
+    }
+
+    @Test("the close log skips a torn entry and a log written for another journal, and a full log starts again once SQLite is synced")
+    func closeLogTornForeignAndFull() throws {
+        let (dir, path) = Self.tempPath()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ns = try Namespace("closelog")
+        // 8 blocks: the header and three entries of two blocks each (then full).
+        let capacity = 8 * CloseLog.blockSize
+        let journal = try UploadJournal(path: path, closeLogCapacity: capacity)
+        #expect(journal.closeLogGenerations == 1)
+        let big = Data(repeating: 0x5A, count: 5000)
+        func insertBig(_ name: String) throws -> Int64 {
+            try journal.insert(
+                location: Location(namespace: ns, path: try StoragePath("d/\(name)")), cacheFile: "/cache/\(name)", size: 5000, params: UploadParams(),
+                contentType: nil, tags: nil, patch: nil, state: .held, content: big)
+        }
+        var ids: [Int64] = []
+        for i in 0..<4 { ids.append(try insertBig("f\(i)")) }
+        // The fourth did not fit: SQLite was synced instead and the log began a new generation.
+        #expect(journal.closeLogGenerations == 2)
+        let durable = try Self.snapshot(path)
+        let a = try insertBig("a")
+        let b = try insertBig("b")
+        let log = path + "-close.log"
+
+        let whole = try Self.afterPowerCut(durable: durable, log: log)
+        #expect(try UploadJournal(path: whole + "/journal.sqlite").all().map(\.id) == ids + [a, b])
+
+        // A torn write of b: one byte of its payload differs from what its checksum covers.
+        let torn = try Self.afterPowerCut(durable: durable, log: log)
+        var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: torn + "/journal.sqlite-close.log")))
+        let bAt = 1 * CloseLog.blockSize + 2 * CloseLog.blockSize  // after the header and a's two blocks
+        #expect(CloseLog.load64(bytes, bAt + 16) == UInt64(b))
+        bytes[bAt + CloseLog.entryHeader + 100] ^= 0xFF
+        try Data(bytes).write(to: URL(fileURLWithPath: torn + "/journal.sqlite-close.log"))
+        #expect(try UploadJournal(path: torn + "/journal.sqlite").all().map(\.id) == ids + [a])
+
+        // Another journal's log beside this database: not replayed.
+        let (otherDir, otherPath) = Self.tempPath()
+        _ = try UploadJournal(path: otherPath, closeLogCapacity: capacity)
+        let foreign = try Self.afterPowerCut(durable: durable, log: log)
+        try FileManager.default.removeItem(atPath: foreign + "/journal.sqlite-close.log")
+        try FileManager.default.copyItem(atPath: otherPath + "-close.log", toPath: foreign + "/journal.sqlite-close.log")
+        // (The other journal's log has a generation, no entries; with this one's entries copied in, still not its header.)
+        var mixed = [UInt8](try Data(contentsOf: URL(fileURLWithPath: foreign + "/journal.sqlite-close.log")))
+        let ours = [UInt8](try Data(contentsOf: URL(fileURLWithPath: log)))
+        mixed.replaceSubrange(CloseLog.blockSize..<capacity, with: ours[CloseLog.blockSize..<capacity])
+        try Data(mixed).write(to: URL(fileURLWithPath: foreign + "/journal.sqlite-close.log"))
+        #expect(try UploadJournal(path: foreign + "/journal.sqlite").all().map(\.id) == ids)
+
+        for d in [whole, torn, foreign, otherDir, (durable as NSString).deletingLastPathComponent] { try? FileManager.default.removeItem(atPath: d) }
+    }
+
+    @Test("a logged row encodes and decodes to itself, and truncated or overlong bytes are refused")
+    func loggedRowEncoding() throws {
+        let row = LoggedRow(
+            namespace: "ns", path: "a/\u{e9}t\u{e9}", cacheFile: "/c/1", size: 5, params: "{}", contentType: nil, tags: "[\"x\"]", patch: nil, state: "held",
+            created: 1_700_000_000_000, content: Data([0, 1, 2, 255]), replacesIno: Int64.min, replacesIfMatch: "e")
+        let bytes = row.encoded()
+        #expect(LoggedRow(decoding: bytes) == row)
+        var none = row
+        none.content = nil
+        none.replacesIno = nil
+        none.replacesIfMatch = nil
+        #expect(LoggedRow(decoding: none.encoded()) == none)
+        for cut in [0, 1, 4, bytes.count / 2, bytes.count - 1] { #expect(LoggedRow(decoding: Array(bytes.prefix(cut))) == nil) }
+        #expect(LoggedRow(decoding: bytes + [0]) == nil)
+        // A length larger than what follows.
+        var long = bytes
+        long[0] = 0xFE
+        long[1] = 0xFF
+        #expect(LoggedRow(decoding: long) == nil)
+    }
 }

@@ -63,6 +63,30 @@ public final class UploadJournal: Sendable {
 
     private let db: DatabaseQueue
     private let path: String
+    /// Where a close's record is made durable (`CloseLog`); nil: each such commit is synced instead.
+    private let closeLog: CloseLog?
+    /// This database's own random number, in the close log's header.
+    private let identity: UInt64
+
+    /// Rows made durable by the close log and not yet in SQLite, in id order, and the next id.
+    /// Every transaction puts them in first (`transaction`); a background drain does so soon after.
+    /// Ids are given out here, under this lock, for every insert: a transaction that takes one
+    /// takes every row pending at that moment too, so that no row below an id SQLite holds is
+    /// missing from it (the close log's replay rule, `CloseLog`).
+    private let pending: Mutex<Pending>
+    private struct Pending {
+        var rows: [PendingRow] = []
+        var nextID: Int64
+        var drainScheduled = false
+    }
+    private struct PendingRow {
+        let id: Int64
+        let row: LoggedRow
+        let location: Location
+    }
+    private let drainQueue = DispatchQueue(label: "stowfs.journal.drain")
+    /// Rows pending past this many are put in by the closing thread itself.
+    static let pendingLimit = 1024
 
     /// Uploads landed lately, by path, in order: what each replaced and what the path holds now.
     /// A record written after a landing with what the path held before it (the value was read
@@ -86,15 +110,16 @@ public final class UploadJournal: Sendable {
     /// takes to reach the journal.
     static let landedMemory: UInt64 = 10_000_000_000
 
-    public init(path: String) throws {
+    /// `useCloseLog: false` leaves the close log out (every close's record a synced commit);
+    /// `closeLogCapacity` is its size in bytes (a multiple of 4 KiB).
+    public init(path: String, useCloseLog: Bool = true, closeLogCapacity: Int = 8 << 20) throws {
         var config = Configuration()
         config.busyMode = .timeout(10)
         config.prepareDatabase { db in
             try db.execute(sql: "PRAGMA synchronous = FULL")
         }
-        db = try DatabaseQueue(path: path, configuration: config)
-        self.path = path
-        try db.writeWithoutTransaction { db in
+        let queue = try DatabaseQueue(path: path, configuration: config)
+        try queue.writeWithoutTransaction { db in
             try db.execute(sql: "PRAGMA journal_mode = WAL")
             // A record must be on disk when close(2) returns (S1): checked, not assumed.
             guard try Int.fetchOne(db, sql: "PRAGMA synchronous") == 2 else {
@@ -143,7 +168,99 @@ public final class UploadJournal: Sendable {
         migrator.registerMigration("v5 path index") { db in
             try db.execute(sql: "CREATE INDEX uploads_by_path ON uploads(namespace, path)")
         }
-        try migrator.migrate(db)
+        // What ties the close log to this database: a log found beside another one is not replayed into it.
+        migrator.registerMigration("v6 close log") { db in
+            try db.execute(sql: "CREATE TABLE journal_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+            try db.execute(
+                sql: "INSERT INTO journal_meta(key, value) VALUES ('identity', ?)", arguments: [Int64.random(in: 1...Int64.max)])
+        }
+        try migrator.migrate(queue)
+        let identity = UInt64(bitPattern: try queue.read { try Int64.fetchOne($0, sql: "SELECT value FROM journal_meta WHERE key = 'identity'") } ?? 0)
+        closeLog = useCloseLog ? try Self.openCloseLog(queue, path: path + "-close.log", capacity: closeLogCapacity, identity: identity) : nil
+        self.identity = identity
+        self.path = path
+        let last = try queue.read { db in
+            max(
+                try Int64.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'uploads'") ?? 0,
+                try Int64.fetchOne(db, sql: "SELECT max(id) FROM uploads") ?? 0)
+        }
+        pending = Mutex(Pending(nextID: last + 1))
+        db = queue
+    }
+
+    // MARK: - Transactions
+
+    /// Runs `body` in one transaction, its commit synced or not (`synchronous = NORMAL` for this
+    /// commit alone: the WAL is written in order, so the next synced commit, or `makeDurable`,
+    /// makes it durable too). The rows pending from the close log go in first; `allocating` ids
+    /// are given out with them, at once, for `body`'s own inserts.
+    private func transaction<T>(synced: Bool, allocating n: Int = 0, _ body: (Database, [Int64]) throws -> T) throws -> T {
+        var taken = 0
+        let result = try db.writeWithoutTransaction { db -> T in
+            if !synced { try db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute() }
+            defer { if !synced { try? db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute() } }
+            var out: T?
+            try db.inTransaction {
+                let (rows, ids) = pending.withLock { p -> ([PendingRow], [Int64]) in
+                    let ids = (0..<n).map { p.nextID + Int64($0) }
+                    p.nextID += Int64(n)
+                    return (p.rows, ids)
+                }
+                for r in rows {
+                    var row = r.row
+                    Self.setReplaces(&row, self.current(r.location, Self.replaces(of: row)))
+                    _ = try Self.insertRow(db, row, id: r.id)
+                }
+                taken = rows.count
+                out = try body(db, ids)
+                return .commit
+            }
+            // Committed: they leave the list now, before the next transaction (on this serial
+            // queue) can take them again — one that finished them meanwhile would bring them back.
+            // A transaction undone leaves them pending.
+            if taken > 0 { pending.withLock { $0.rows.removeFirst(taken) } }
+            return out!
+        }
+        return result
+    }
+
+    /// Puts the pending rows into SQLite soon, off the closing thread.
+    private func scheduleDrain(after delay: DispatchTimeInterval = .milliseconds(5)) {
+        drainQueue.asyncAfter(deadline: .now() + delay) { [weak self] in
+            guard let self else { return }
+            self.pending.withLock { $0.drainScheduled = false }
+            do {
+                try self.transaction(synced: false) { _, _ in }
+            } catch {
+                // Still pending (and durable in the close log): tried again.
+                let again = self.pending.withLock { p -> Bool in
+                    guard !p.drainScheduled, !p.rows.isEmpty else { return false }
+                    p.drainScheduled = true
+                    return true
+                }
+                if again { self.scheduleDrain(after: .milliseconds(100)) }
+            }
+        }
+    }
+
+    /// Opens the close log, puts back into SQLite the rows it holds that SQLite lost (a power cut
+    /// before their commit reached the disk: ids above the AUTOINCREMENT sequence), makes SQLite
+    /// durable, and starts the log's next generation. Nil when the log cannot be made (the
+    /// journal then syncs each close's commit, as before the log); its replay failing is an error.
+    private static func openCloseLog(_ db: DatabaseQueue, path: String, capacity: Int, identity: UInt64) throws -> CloseLog? {
+        let entries = CloseLog.entries(atPath: path, identity: identity)
+        try db.write { db in
+            let seq = try Int64.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'uploads'") ?? 0
+            for e in entries.sorted(by: { $0.id < $1.id }) where e.id > seq {
+                guard let row = LoggedRow(decoding: e.payload) else { continue }
+                _ = try insertRow(db, row, id: e.id)
+            }
+        }
+        // What SQLite holds now may sit in the page cache only (an earlier mount killed, not the
+        // machine): on disk before the entries that stand for it go.
+        try syncFiles([db.path + "-wal", db.path])
+        guard let log = try? CloseLog(path: path, capacity: capacity), (try? log.reset(identity: identity)) != nil else { return nil }
+        return log
     }
 
     /// What an upload written now to `location` replaces: `replaces`, unless uploads of that
@@ -163,7 +280,7 @@ public final class UploadJournal: Sendable {
     /// leave the stored file behind). Returns the records so updated, with their new value.
     @discardableResult
     public func finish(_ ids: [Int64], stored: [Int64: Deletion] = [:]) throws -> [(Int64, Deletion)] {
-        try db.write { db in
+        try transaction(synced: true) { db, _ in
             var updated: [(Int64, Deletion)] = []
             let now = DispatchTime.now().uptimeNanoseconds
             for id in ids.sorted() {
@@ -191,7 +308,7 @@ public final class UploadJournal: Sendable {
 
     /// Sets what uploads replace (a rename that moved them onto a stored file).
     public func setReplaces(_ ids: [Int64], _ replaces: Deletion?) throws {
-        try db.write { db in
+        try transaction(synced: true) { db, _ in
             for id in ids { try Self.writeReplaces(db, id, replaces) }
         }
     }
@@ -214,10 +331,13 @@ public final class UploadJournal: Sendable {
         state: Record.State, content: Data? = nil, replaces: Deletion? = nil
     ) throws -> Int64 {
         guard let ns = location.namespace else { throw FSError.notPermitted }
-        return try grouped { db in
-            try Self.insertRow(
-                db, ns, location, cacheFile, size, params, contentType, tags, patch, state, content: content,
-                replaces: self.current(location, replaces))
+        let row = Self.row(ns, location, cacheFile, size, params, contentType, tags, patch, state, content: content, replaces: replaces)
+        if let closeLog, !closeLog.isBroken { return try logged(row, location) }
+        // No close log: a synced commit of its own.
+        return try commit(synced: true) { db, id in
+            var row = row
+            Self.setReplaces(&row, self.current(location, replaces))
+            return try Self.insertRow(db, row, id: id)
         }
     }
 
@@ -228,33 +348,22 @@ public final class UploadJournal: Sendable {
     /// `rm -rf` waited for the disk.
     public func insertDeletion(location: Location, _ deletion: Deletion) throws -> Int64 {
         guard let ns = location.namespace else { throw FSError.notPermitted }
-        return try commit(synced: false) { db in
+        return try commit(synced: false) { db, id in
             try db.cachedStatement(
                 sql: """
-                    INSERT INTO uploads(namespace, path, cache_file, size, params, state, created, delete_ino, delete_if_match)
-                    VALUES (?, ?, '', 0, '{}', 'queued', ?, ?, ?)
+                    INSERT INTO uploads(id, namespace, path, cache_file, size, params, state, created, delete_ino, delete_if_match)
+                    VALUES (?, ?, ?, '', 0, '{}', 'queued', ?, ?, ?)
                     """
             ).execute(arguments: [
-                ns.name, location.path.string, Int64(Date().timeIntervalSince1970 * 1000), Int64(bitPattern: deletion.remoteIno), deletion.ifMatch,
+                id, ns.name, location.path.string, Int64(Date().timeIntervalSince1970 * 1000), Int64(bitPattern: deletion.remoteIno), deletion.ifMatch,
             ])
-            return db.lastInsertedRowID
+            return id
         }
     }
 
-    /// One transaction, its commit synced or not (`synchronous = NORMAL` for this commit alone: the
-    /// WAL is written in order, so the next synced commit, or `makeDurable`, makes it durable too);
-    /// returns what `work` returns.
-    private func commit(synced: Bool, _ work: (Database) throws -> Int64) throws -> Int64 {
-        try db.writeWithoutTransaction { db in
-            if !synced { try db.execute(sql: "PRAGMA synchronous = NORMAL") }
-            defer { if !synced { try? db.execute(sql: "PRAGMA synchronous = FULL") } }
-            var result: Int64 = 0
-            try db.inTransaction {
-                result = try work(db)
-                return .commit
-            }
-            return result
-        }
+    /// One transaction (`transaction`) that inserts one row: `work` gets its id.
+    private func commit(synced: Bool, _ work: (Database, Int64) throws -> Int64) throws -> Int64 {
+        try transaction(synced: synced, allocating: 1) { db, ids in try work(db, ids[0]) }
     }
 
     /// The connection's `PRAGMA synchronous` (2: FULL, what every commit but the unsynced ones uses).
@@ -263,35 +372,33 @@ public final class UploadJournal: Sendable {
     /// Makes every commit so far durable, the unsynced ones too (`insertDeletion`, a requeue): an
     /// fsync of the write-ahead log, which holds them in order.
     public func makeDurable() throws {
-        let fd = Glibc.open(path + "-wal", O_RDONLY | O_CLOEXEC)
-        // No log: nothing was written since the last checkpoint, which synced the database.
-        guard fd >= 0 else {
-            if errno == ENOENT { return }
-            throw FSError.io("cannot open the journal's log: \(String(cString: strerror(errno)))")
+        // Rows pending from the close log are durable there; in SQLite, synced, they are durable for good.
+        if pending.withLock({ !$0.rows.isEmpty }) {
+            try transaction(synced: true) { _, _ in }
+            return
         }
-        defer { Glibc.close(fd) }
-        guard Glibc.fsync(fd) == 0 else { throw FSError.io("cannot sync the journal's log: \(String(cString: strerror(errno)))") }
+        try Self.syncFiles([path + "-wal"])
+    }
+
+    /// fsyncs each file that exists. (No WAL: nothing was written since the last checkpoint, which
+    /// synced the database.)
+    private static func syncFiles(_ paths: [String]) throws {
+        for p in paths {
+            let fd = Glibc.open(p, O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else {
+                if errno == ENOENT { continue }
+                throw FSError.io("cannot open \(p): \(String(cString: strerror(errno)))")
+            }
+            defer { Glibc.close(fd) }
+            guard Glibc.fsync(fd) == 0 else { throw FSError.io("cannot sync \(p): \(String(cString: strerror(errno)))") }
+        }
     }
 
     // MARK: - Group commit
 
-    /// One write waiting for a commit (`grouped`).
-    private final class GroupedWrite: @unchecked Sendable {
-        let work: @Sendable (Database) throws -> Int64
-        /// Set by the thread that committed it, under `group`'s lock.
-        var result: Result<Int64, any Error>?
-        init(_ work: @escaping @Sendable (Database) throws -> Int64) { self.work = work }
-    }
-
-    /// The writes waiting for the next commit, and whether a thread is committing. Guarded by `groupLock`.
-    private final class GroupState: @unchecked Sendable {
-        var waiting: [GroupedWrite] = []
-        var committing = false
-        /// How many commits carried more than one write (for tests).
-        var shared = 0
-    }
-    private let groupLock = NSCondition()
-    private let group = GroupState()
+    private typealias Work = @Sendable (Database) throws -> Int64
+    /// The synced commits shared by writes from several threads (`grouped`).
+    private let group = CommitGroup<Work>()
 
     /// Runs `work` in a synced commit shared with the writes other threads ask for meanwhile:
     /// the first caller commits what is waiting in one transaction (one fsync of the WAL) while
@@ -301,64 +408,95 @@ public final class UploadJournal: Sendable {
     /// price of one fsync per group instead of one per write: closes on several FUSE threads at
     /// once (parallel writers) no longer queue behind each other's fsyncs.
     func grouped(_ work: @escaping @Sendable (Database) throws -> Int64) throws -> Int64 {
-        let me = GroupedWrite(work)
-        groupLock.lock()
-        group.waiting.append(me)
-        while me.result == nil {
-            if group.committing {
-                groupLock.wait()
-                continue
-            }
-            group.committing = true
-            let batch = group.waiting
-            group.waiting = []
-            if batch.count > 1 { group.shared += 1 }
-            groupLock.unlock()
-            var results: [Result<Int64, any Error>]
+        try group.run(work) { batch in
             if batch.count == 1 {
                 // Alone: its transaction is its savepoint (a savepoint would keep a first image
                 // of every page it changes, for nothing).
-                results = [Result { try db.write { db in try batch[0].work(db) } }]
-            } else {
-                do {
-                    results = try db.write { db in
-                        batch.map { w in
-                            Result {
-                                var id: Int64 = 0
-                                try db.inSavepoint {
-                                    id = try w.work(db)
-                                    return .commit
-                                }
-                                return id
+                return [Result { try transaction(synced: true) { db, _ in try batch[0](db) } }]
+            }
+            do {
+                return try transaction(synced: true) { db, _ in
+                    batch.map { work in
+                        Result {
+                            var id: Int64 = 0
+                            try db.inSavepoint {
+                                id = try work(db)
+                                return .commit
                             }
+                            return id
                         }
                     }
-                } catch {
-                    // The commit itself failed: none of them is on disk.
-                    results = batch.map { _ in .failure(error) }
                 }
+            } catch {
+                // The commit itself failed: none of them is on disk.
+                return batch.map { _ in .failure(error) }
             }
-            groupLock.lock()
-            for (w, r) in zip(batch, results) { w.result = r }
-            group.committing = false
-            groupLock.broadcast()
         }
-        groupLock.unlock()
-        return try me.result!.get()
     }
 
     /// How many commits so far carried the writes of more than one caller.
-    public var sharedCommits: Int {
-        groupLock.lock()
-        defer { groupLock.unlock() }
-        return group.shared
+    public var sharedCommits: Int { group.shared + logGroup.shared }
+
+    // MARK: - Records made durable by the close log
+
+    /// A new row waiting for the close log's next write (`logged`), with its id given already.
+    private struct LoggedWrite {
+        let id: Int64
+        let row: LoggedRow
+    }
+    /// The close log's writes shared by closes on several threads.
+    private let logGroup = CommitGroup<LoggedWrite>()
+
+    /// Adds `row` and returns once it is durable — as a synced commit would, for one write of the
+    /// close log and no wait for SQLite: the row gets its id and joins the pending rows at once,
+    /// and goes into SQLite with the next transaction or the background drain. The rows that
+    /// other threads add meanwhile share the log's next write.
+    private func logged(_ row: LoggedRow, _ location: Location) throws -> Int64 {
+        let (id, schedule, inline) = pending.withLock { p -> (Int64, Bool, Bool) in
+            let id = p.nextID
+            p.nextID += 1
+            p.rows.append(PendingRow(id: id, row: row, location: location))
+            let schedule = !p.drainScheduled
+            if schedule { p.drainScheduled = true }
+            return (id, schedule, p.rows.count >= Self.pendingLimit)
+        }
+        let result = Result {
+            try logGroup.run(LoggedWrite(id: id, row: row)) { batch in
+                let written = Result { try writeLog(batch) }
+                return batch.map { w in written.map { w.id } }
+            }
+        }
+        if schedule { scheduleDrain() }
+        // Far behind (SQLite slower than the closes): this thread catches up before it goes on.
+        if inline { try? transaction(synced: false) { _, _ in } }
+        return try result.get()
+    }
+
+    /// Makes the batch's rows durable: one write of the close log; when it is full or fails, a
+    /// synced commit of every pending row instead (then the log starts its next generation).
+    private func writeLog(_ batch: [LoggedWrite]) throws {
+        guard let closeLog else { throw FSError.io("no close log") }
+        do {
+            if try closeLog.append(batch.map { CloseLog.Entry(id: $0.id, payload: $0.row.encoded()) }) { return }
+        } catch {
+            // The log failed (and is not used again): the synced commit below stands in.
+        }
+        try transaction(synced: true) { _, _ in }
+        if !closeLog.isBroken { try? closeLog.reset(identity: identity) }
+    }
+
+    /// How many times the close log started a new generation (the one at open included); nil without one (for tests).
+    var closeLogGenerations: Int? { closeLog?.generations }
+
+    private static func replaces(of row: LoggedRow) -> Deletion? {
+        row.replacesIno.map { Deletion(remoteIno: UInt64(bitPattern: $0), ifMatch: row.replacesIfMatch) }
     }
 
     /// Writes every record's kept content back to its local copy (after a crash, the copy may not
     /// hold it: it was never fsynced). Returns how many were written.
     @discardableResult
     public func restoreContents() throws -> Int {
-        let rows = try db.read { db in try Row.fetchAll(db, sql: "SELECT cache_file, content FROM uploads WHERE content IS NOT NULL") }
+        let rows = try transaction(synced: false) { db, _ in try Row.fetchAll(db, sql: "SELECT cache_file, content FROM uploads WHERE content IS NOT NULL") }
         for row in rows {
             let content: Data = row["content"]
             try CacheFile(path: row["cache_file"], truncate: true).write(content, at: 0)
@@ -379,8 +517,8 @@ public final class UploadJournal: Sendable {
         patch: FilePatch?, synced: Bool = true, carryContent: Bool = false
     ) throws -> Int64 {
         guard let ns = location.namespace else { throw FSError.notPermitted }
-        return try commit(synced: synced) { db in
-            let id = try Self.insertRow(db, ns, location, cacheFile, size, params, contentType, tags, patch, .queued, replaces: nil)
+        return try commit(synced: synced) { db, newID in
+            let id = try Self.insertRow(db, Self.row(ns, location, cacheFile, size, params, contentType, tags, patch, .queued, replaces: nil), id: newID)
             // What the held record replaces, kept current by landings since it was written.
             try db.cachedStatement(
                 sql: """
@@ -396,26 +534,41 @@ public final class UploadJournal: Sendable {
         }
     }
 
-    private static func insertRow(
-        _ db: Database, _ ns: Namespace, _ location: Location, _ cacheFile: String, _ size: Int64, _ params: UploadParams,
+    /// A new row's columns.
+    private static func row(
+        _ ns: Namespace, _ location: Location, _ cacheFile: String, _ size: Int64, _ params: UploadParams,
         _ contentType: String?, _ tags: [String]?, _ patch: FilePatch?, _ state: Record.State, content: Data? = nil, replaces: Deletion?
-    ) throws -> Int64 {
+    ) -> LoggedRow {
+        var row = LoggedRow(
+            namespace: ns.name, path: location.path.string, cacheFile: cacheFile, size: size, params: json(params), contentType: contentType,
+            tags: json(tags), patch: json(patch), state: state.rawValue, created: Int64(Date().timeIntervalSince1970 * 1000), content: content,
+            replacesIno: nil, replacesIfMatch: nil)
+        setReplaces(&row, replaces)
+        return row
+    }
+
+    private static func setReplaces(_ row: inout LoggedRow, _ replaces: Deletion?) {
+        row.replacesIno = replaces.map { Int64(bitPattern: $0.remoteIno) }
+        row.replacesIfMatch = replaces?.ifMatch
+    }
+
+    /// Inserts `row` (with the id given, or the next one); returns its id.
+    private static func insertRow(_ db: Database, _ row: LoggedRow, id: Int64) throws -> Int64 {
         try db.cachedStatement(
             sql: """
-                INSERT INTO uploads(namespace, path, cache_file, size, params, content_type, tags, patch, state, created, content,
+                INSERT INTO uploads(id, namespace, path, cache_file, size, params, content_type, tags, patch, state, created, content,
                     replaces_ino, replaces_if_match)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """).execute(
             arguments: [
-                ns.name, location.path.string, cacheFile, size, json(params), contentType, json(tags), json(patch),
-                state.rawValue, Int64(Date().timeIntervalSince1970 * 1000), content, replaces.map { Int64(bitPattern: $0.remoteIno) },
-                replaces?.ifMatch,
+                id, row.namespace, row.path, row.cacheFile, row.size, row.params, row.contentType, row.tags, row.patch, row.state, row.created,
+                row.content, row.replacesIno, row.replacesIfMatch,
             ])
         return db.lastInsertedRowID
     }
 
     public func all() throws -> [Record] {
-        try db.read { db in
+        try transaction(synced: false) { db, _ in
             try Row.fetchAll(db, sql: "SELECT * FROM uploads ORDER BY id").compactMap { row in
                 guard let ns = try? Namespace(row["namespace"] as String), let path = try? StoragePath(row["path"] as String) else { return nil }
                 return Record(
@@ -434,7 +587,7 @@ public final class UploadJournal: Sendable {
     /// `setReplaces` sets).
     public func update(_ r: Record) throws {
         guard let ns = r.location.namespace else { return }
-        try db.write { db in
+        try transaction(synced: true) { db, _ in
             try db.cachedStatement(
                 sql: """
                     UPDATE uploads SET namespace = ?, path = ?, cache_file = ?, size = ?, params = ?, content_type = ?, tags = ?, patch = ?,
@@ -461,7 +614,7 @@ public final class UploadJournal: Sendable {
     /// session, sized, with the final declaration), so that a crash before the record goes
     /// completes the same upload instead of sending an older content after it.
     public func attachSession(_ id: Int64, session: StartUploadResponse) throws {
-        try db.write { db in
+        try transaction(synced: true) { db, _ in
             try db.execute(
                 sql: "UPDATE uploads SET size = ?, params = ?, session = ?, content = NULL WHERE id = ? AND state = 'held'",
                 arguments: [session.size, Self.json(session.params ?? UploadParams()), Self.json(session), id])
@@ -472,7 +625,7 @@ public final class UploadJournal: Sendable {
 
     /// Removes records in one transaction (one commit).
     public func delete(_ ids: [Int64]) throws {
-        try db.write { db in
+        try transaction(synced: true) { db, _ in
             for id in ids { try db.cachedStatement(sql: "DELETE FROM uploads WHERE id = ?").execute(arguments: [id]) }
         }
     }
