@@ -383,6 +383,46 @@ struct JournalTests {
         #expect(Set(try UploadJournal(path: path).all().map(\.id)) == expected)
     }
 
+    @Test("closes, held updates, requeues, unlinks and landings from 4 threads at once, with a close log that fills again and again: none fails, and nothing is left but the unlinks", .timeLimit(.minutes(1)))
+    func everythingAtOnce() throws {
+        let (dir, path) = Self.tempPath()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ns = try Namespace("stress")
+        let journal = try UploadJournal(path: path, closeLogCapacity: 64 * CloseLog.blockSize)
+        let errors = Mutex<[String]>([])
+        let deletions = Mutex<Set<Int64>>([])
+        Self.onThreads(4) { t in
+            for i in 0..<300 {
+                do {
+                    let loc = Location(namespace: ns, path: try StoragePath("d/t\(t)-\(i)"))
+                    let held = try journal.insert(
+                        location: loc, cacheFile: "/c/\(t)-\(i)", size: 4096, params: UploadParams(), contentType: nil, tags: nil, patch: nil,
+                        state: .held, content: Data(repeating: 1, count: 4096))
+                    if i % 3 == 0 { try journal.updateHeld(held, size: 4096, params: UploadParams(), content: Data(repeating: 2, count: 4096)) }
+                    var id = held
+                    if i % 2 == 0 {
+                        id = try journal.requeue(
+                            held, location: loc, cacheFile: "/c/\(t)-\(i)", size: 4096, params: UploadParams(), contentType: nil, tags: nil,
+                            patch: nil, synced: i % 4 == 0, carryContent: true)
+                    }
+                    if i % 5 == 0 {
+                        let d = try journal.insertDeletion(location: loc, .init(remoteIno: 1, ifMatch: nil))
+                        deletions.withLock { _ = $0.insert(d) }
+                    }
+                    try journal.finish([id])
+                } catch {
+                    errors.withLock { $0.append("\(t)/\(i): \(error)") }
+                }
+            }
+        }
+        #expect(errors.withLock { $0 } == [])
+        #expect((journal.closeLogGenerations ?? 0) > 2)
+        let left = Set(try journal.all().map(\.id))
+        #expect(left == deletions.withLock { $0 })
+        try journal.makeDurable()
+        #expect(Set(try UploadJournal(path: path).all().map(\.id)) == left)
+    }
+
     @Test("the close log skips a torn entry and a log written for another journal, and a full log starts again once SQLite is synced")
     func closeLogTornForeignAndFull() throws {
         let (dir, path) = Self.tempPath()
