@@ -15,9 +15,9 @@
 # docs/SEMANTICS.md are what it checks. POWERCUT_DROP_LOG=1 removes the journal's close log after
 # the cut: the probe's control, which must fail.
 #
-# Uploads stay paused until after the cut: with them running, the block cache (which cuts and
-# punches its pack file) runs on LazyFS too, and LazyFS a47a5ba died at its first `ftruncate`
-# here ("Transport endpoint is not connected"), which is LazyFS's limit, not a power cut.
+# Uploads stay paused until after the cut: with them running, the cache folder also sees the
+# truncates and punched holes of copies reused after their upload and of the block cache's pack,
+# and LazyFS a47a5ba died at the first `ftruncate` here ("Transport endpoint is not connected"), which is LazyFS's limit, not a power cut.
 # Needs root, /dev/fuse and LAZYFS (default /tmp/lazyfs-src/lazyfs/build/lazyfs). Everything it
 # starts it stops, by pid, also on failure; it leaves no mount behind.
 set -euo pipefail
