@@ -373,10 +373,9 @@ public final class UploadJournal: Sendable {
     /// fsync of the write-ahead log, which holds them in order.
     public func makeDurable() throws {
         // Rows pending from the close log are durable there; in SQLite, synced, they are durable for good.
-        if pending.withLock({ !$0.rows.isEmpty }) {
-            try transaction(synced: true) { _, _ in }
-            return
-        }
+        // A transaction with nothing to write syncs nothing (the drain may have just taken them):
+        // the WAL's fsync follows whatever it did.
+        if pending.withLock({ !$0.rows.isEmpty }) { try transaction(synced: false) { _, _ in } }
         try Self.syncFiles([path + "-wal"])
     }
 
@@ -481,7 +480,10 @@ public final class UploadJournal: Sendable {
         } catch {
             // The log failed (and is not used again): the synced commit below stands in.
         }
-        try transaction(synced: true) { _, _ in }
+        // Every pending row in, then the WAL synced: the drain may have put them in unsynced
+        // already, and a transaction with nothing to write syncs nothing.
+        try transaction(synced: false) { _, _ in }
+        try Self.syncFiles([path + "-wal"])
         if !closeLog.isBroken { try? closeLog.reset(identity: identity) }
     }
 
