@@ -475,6 +475,60 @@ struct JournalTests {
         for d in [whole, torn, foreign, otherDir, (durable as NSString).deletingLastPathComponent] { try? FileManager.default.removeItem(atPath: d) }
     }
 
+    @Test("a close whose record neither the log nor SQLite could keep fails, and its record never reaches SQLite later")
+    func failedCloseIsWithdrawn() throws {
+        let (dir, path) = Self.tempPath()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ns = try Namespace("closelog")
+        let journal = try UploadJournal(path: path)
+        let a = try insertSmall(journal, ns, "a")
+        journal.failWrites.withLock { $0 = true }
+        #expect(throws: (any Error).self) { try insertSmall(journal, ns, "b") }
+        journal.failWrites.withLock { $0 = false }
+        // Transactions of every kind after it: none puts b in.
+        let c = try insertSmall(journal, ns, "c")
+        _ = try journal.insertDeletion(location: Location(namespace: ns, path: try StoragePath("d/x")), UploadJournal.Deletion(remoteIno: 9, ifMatch: nil))
+        try journal.makeDurable()
+        let paths = try journal.all().map(\.location.path.string)
+        #expect(paths == ["d/a", "d/c", "d/x"])
+        #expect(try journal.all().map(\.id).first == a)
+        #expect(try journal.all().map(\.id).contains(c))
+        // And after a power cut now, the log replayed at the next open: still not there.
+        let durable = try Self.snapshot(path)
+        let cut = try Self.afterPowerCut(durable: durable, log: path + "-close.log")
+        defer { for d in [cut, (durable as NSString).deletingLastPathComponent] { try? FileManager.default.removeItem(atPath: d) } }
+        #expect(try UploadJournal(path: cut + "/journal.sqlite").all().map(\.location.path.string) == ["d/a", "d/c", "d/x"])
+    }
+
+    @Test("a log entry with an id no journal gives out is skipped; the journal opens and goes on counting")
+    func closeLogHugeID() throws {
+        let (dir, path) = Self.tempPath()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ns = try Namespace("closelog")
+        let journal = try UploadJournal(path: path)
+        let first = try insertSmall(journal, ns, "first")
+        try journal.makeDurable()
+        let durable = try Self.snapshot(path)
+        let a = try insertSmall(journal, ns, "a")
+        let b = try insertSmall(journal, ns, "b")
+        let cut = try Self.afterPowerCut(durable: durable, log: path + "-close.log")
+        defer { for d in [cut, (durable as NSString).deletingLastPathComponent] { try? FileManager.default.removeItem(atPath: d) } }
+        let logPath = cut + "/journal.sqlite-close.log"
+        var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: logPath)))
+        // b's entry (after the header, first's block and a's) gets the largest id, with a checksum that matches.
+        let at = 3 * CloseLog.blockSize
+        #expect(CloseLog.load64(bytes, at + 16) == UInt64(b))
+        let length = Int(CloseLog.load32(bytes, at + 4))
+        CloseLog.store64(&bytes, at + 16, UInt64(Int64.max))
+        CloseLog.store64(&bytes, at + 24, CloseLog.checksum(bytes[at..<(at + 24)], bytes[(at + CloseLog.entryHeader)..<(at + CloseLog.entryHeader + length)]))
+        try Data(bytes).write(to: URL(fileURLWithPath: logPath))
+        #expect(CloseLog.entries(atPath: logPath, identity: journal.identity).map(\.id) == [first, a, Int64.max])
+        let reopened = try UploadJournal(path: cut + "/journal.sqlite")
+        #expect(try reopened.all().map(\.id) == [first, a])
+        let next = try insertSmall(reopened, ns, "next")
+        #expect(next == a + 1)
+    }
+
     @Test("a logged row encodes and decodes to itself, and truncated or overlong bytes are refused")
     func loggedRowEncoding() throws {
         let row = LoggedRow(

@@ -66,7 +66,7 @@ public final class UploadJournal: Sendable {
     /// Where a close's record is made durable (`CloseLog`); nil: each such commit is synced instead.
     private let closeLog: CloseLog?
     /// This database's own random number, in the close log's header.
-    private let identity: UInt64
+    let identity: UInt64
 
     /// Rows made durable by the close log and not yet in SQLite, in id order, and the next id.
     /// Every transaction puts them in first (`transaction`); a background drain does so soon after.
@@ -78,6 +78,9 @@ public final class UploadJournal: Sendable {
         var rows: [PendingRow] = []
         var nextID: Int64
         var drainScheduled = false
+        /// Rows whose close failed (neither the log nor SQLite could make them durable, and the
+        /// close said EIO): never put in. They leave with the transaction that skips them.
+        var withdrawn: Set<Int64> = []
     }
     private struct PendingRow {
         let id: Int64
@@ -87,6 +90,8 @@ public final class UploadJournal: Sendable {
     private let drainQueue = DispatchQueue(label: "stowfs.journal.drain")
     /// Rows pending past this many are put in by the closing thread itself.
     static let pendingLimit = 1024
+    /// Ids stay below this (a journal counting one a microsecond would take 146,000 years).
+    static let idCeiling: Int64 = 1 << 62
 
     /// Uploads landed lately, by path, in order: what each replaced and what the path holds now.
     /// A record written after a landing with what the path held before it (the value was read
@@ -184,6 +189,7 @@ public final class UploadJournal: Sendable {
                 try Int64.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'uploads'") ?? 0,
                 try Int64.fetchOne(db, sql: "SELECT max(id) FROM uploads") ?? 0)
         }
+        guard last < Self.idCeiling else { throw DatabaseError(message: "\(path) holds a record id (\(last)) no journal gives out") }
         pending = Mutex(Pending(nextID: last + 1))
         db = queue
     }
@@ -195,18 +201,19 @@ public final class UploadJournal: Sendable {
     /// makes it durable too). The rows pending from the close log go in first; `allocating` ids
     /// are given out with them, at once, for `body`'s own inserts.
     private func transaction<T>(synced: Bool, allocating n: Int = 0, _ body: (Database, [Int64]) throws -> T) throws -> T {
+        if failWrites.withLock({ $0 }) { throw FSError.io("the journal's disk failed (a fault put in by a test)") }
         var taken = 0
         let result = try db.writeWithoutTransaction { db -> T in
             if !synced { try db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute() }
             defer { if !synced { try? db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute() } }
             var out: T?
             try db.inTransaction {
-                let (rows, ids) = pending.withLock { p -> ([PendingRow], [Int64]) in
+                let (rows, ids, withdrawn) = pending.withLock { p -> ([PendingRow], [Int64], Set<Int64>) in
                     let ids = (0..<n).map { p.nextID + Int64($0) }
                     p.nextID += Int64(n)
-                    return (p.rows, ids)
+                    return (p.rows, ids, p.withdrawn)
                 }
-                for r in rows {
+                for r in rows where !withdrawn.contains(r.id) {
                     var row = r.row
                     Self.setReplaces(&row, self.current(r.location, Self.replaces(of: row)))
                     _ = try Self.insertRow(db, row, id: r.id)
@@ -218,7 +225,12 @@ public final class UploadJournal: Sendable {
             // Committed: they leave the list now, before the next transaction (on this serial
             // queue) can take them again — one that finished them meanwhile would bring them back.
             // A transaction undone leaves them pending.
-            if taken > 0 { pending.withLock { $0.rows.removeFirst(taken) } }
+            if taken > 0 {
+                pending.withLock { p in
+                    p.rows.removeFirst(taken)
+                    if !p.withdrawn.isEmpty { p.withdrawn = p.withdrawn.filter { id in p.rows.contains { $0.id == id } } }
+                }
+            }
             return out!
         }
         return result
@@ -251,7 +263,9 @@ public final class UploadJournal: Sendable {
         let entries = CloseLog.entries(atPath: path, identity: identity)
         try db.write { db in
             let seq = try Int64.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'uploads'") ?? 0
-            for e in entries.sorted(by: { $0.id < $1.id }) where e.id > seq {
+            // An id no journal gives out (they count up from 1) is not a row of this one: it would
+            // also leave none for the next insert.
+            for e in entries.sorted(by: { $0.id < $1.id }) where e.id > seq && e.id < Self.idCeiling {
                 guard let row = LoggedRow(decoding: e.payload) else { continue }
                 _ = try insertRow(db, row, id: e.id)
             }
@@ -465,6 +479,14 @@ public final class UploadJournal: Sendable {
                 return batch.map { w in written.map { w.id } }
             }
         }
+        if case .failure = result {
+            // The close fails (EIO), so its record must not reach SQLite later and upload what the
+            // caller was told is not stored (its local copy is gone too). Still pending: skipped
+            // and dropped by the next transaction. Put in already (a drain before the failure):
+            // deleted by that transaction.
+            pending.withLock { _ = $0.withdrawn.insert(id) }
+            try? transaction(synced: false) { db, _ in try db.cachedStatement(sql: "DELETE FROM uploads WHERE id = ?").execute(arguments: [id]) }
+        }
         if schedule { scheduleDrain() }
         // Far behind (SQLite slower than the closes): this thread catches up before it goes on.
         if inline { try? transaction(synced: false) { _, _ in } }
@@ -475,6 +497,7 @@ public final class UploadJournal: Sendable {
     /// synced commit of every pending row instead (then the log starts its next generation).
     private func writeLog(_ batch: [LoggedWrite]) throws {
         guard let closeLog else { throw FSError.io("no close log") }
+        if failWrites.withLock({ $0 }) { throw FSError.io("the close log and the WAL's fsync failed (a fault put in by a test)") }
         do {
             if try closeLog.append(batch.map { CloseLog.Entry(id: $0.id, payload: $0.row.encoded()) }) { return }
         } catch {
@@ -486,6 +509,9 @@ public final class UploadJournal: Sendable {
         try Self.syncFiles([path + "-wal"])
         if !closeLog.isBroken { try? closeLog.reset(identity: identity) }
     }
+
+    /// For tests: every write of the close log and every transaction fails (a failing disk).
+    let failWrites = Mutex(false)
 
     /// How many times the close log started a new generation (the one at open included); nil without one (for tests).
     var closeLogGenerations: Int? { closeLog?.generations }
