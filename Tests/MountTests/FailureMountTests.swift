@@ -82,4 +82,27 @@ struct FailureMountTests {
             #expect(try m.stowfs(["discard", m.mountpoint + "/old.txt"]).contains("nothing dropped"))
         }
     }
+
+    @Test("a second mount of a cache folder in use is refused with the reason, mounts nothing, and the first mount goes on whole")
+    func cacheFolderInUse() async throws {
+        try await withMount { m in
+            try m.sh("printf 'kept' > '\(m.mountpoint)/before'")
+            let other = m.root + "/mnt2"
+            try FileManager.default.createDirectory(atPath: other, withIntermediateDirectories: true)
+            let (status, out) = try m.run(
+                MountedFS.binDirectory + "/stowfs",
+                ["mount", "test", other, "--endpoint", m.endpoint, "--cache-dir", m.cacheDirectory, "--log-level", "warning"])
+            // (Without --foreground: were it to mount, it would return, and be unmounted here.)
+            if MountedFS.isMounted(other) { _ = try? m.run(MountedFS.binDirectory + "/stowfs", ["unmount", other]) }
+            #expect(status != 0)
+            #expect(out.contains("another stowfs is using the cache folder \(m.cacheDirectory)"), "\(out)")
+            #expect(!MountedFS.isMounted(other))
+            // The first mount's journal and cache were not touched: it goes on writing and storing.
+            try m.sh("printf 'after' > '\(m.mountpoint)/after'")
+            try m.stowfs(["sync", m.mountpoint])
+            #expect(try await m.storedBytes("before") == Array("kept".utf8))
+            #expect(try await m.storedBytes("after") == Array("after".utf8))
+            try m.unmountFS()
+        }
+    }
 }
