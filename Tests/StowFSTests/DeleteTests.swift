@@ -46,6 +46,40 @@ struct DeleteTests {
         }
     }
 
+    @Test("a stored file's cached content goes with its last name; a file still open keeps it for its reads until it is closed")
+    func cacheFollowsUnlink() async throws {
+        try await withEngine { h in
+            let a = [UInt8](repeating: 0x61, count: 3000), b = [UInt8](repeating: 0x62, count: 2000)
+            try await h.write("a", a)
+            try await h.write("b", b)
+            #expect(await h.fs.sync().isEmpty)
+            // Both copies went into the block cache when their uploads landed.
+            #expect(await h.fs.status().cache.bytes == 5000)
+            try await h.unlink("a")
+            // (Dropped off the unlinking thread: waited for.)
+            func settled() async throws {
+                for _ in 0..<2000 where !h.fs.cacheDropsSettled() { try await Task.sleep(for: .milliseconds(1)) }
+            }
+            try await settled()
+            #expect(await h.fs.status().cache.bytes == 2000)
+            // b open for reading, then unlinked: still read whole from the cache, dropped at its close.
+            let ino = try await h.resolve("b")
+            let handle = try await h.fs.open(ino, write: false, truncate: false).handle
+            try await h.unlink("b")
+            try await settled()
+            #expect(await h.fs.status().cache.bytes == 2000)
+            var read: [UInt8] = []
+            for seg in try await h.fs.read(ino, handle: handle, offset: 0, size: 2000) { read += seg.file.read(at: seg.offset, length: seg.length) }
+            #expect(read == b)
+            await h.fs.release(ino, handle: handle)
+            try await settled()
+            #expect(await h.fs.status().cache.bytes == 0)
+            #expect(await h.fs.sync().isEmpty)
+            #expect(await Self.gone(h, "a"))
+            #expect(await Self.gone(h, "b"))
+        }
+    }
+
     @Test("rm b; mv a b with a's content equal to b's: the delete of the old b lands before the rename, not on it")
     func renameOverDeleted() async throws {
         let faulty = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))

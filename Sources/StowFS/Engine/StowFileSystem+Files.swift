@@ -909,8 +909,10 @@ extension StowFileSystem {
         if writable { _ = try? await submit(ino, onlyIfClosed: true) }
         dropStreamedCopy(ino)
         state.withLock { s in
-            // An unlinked file that nobody holds any more is gone.
-            if let e = s.inodes[ino], e.unlinked, e.openHandles == 0, e.lookups == 0, !e.hasLocalState { s.inodes[ino] = nil }
+            // An unlinked file that nobody holds any more is gone, and its cached content with it.
+            guard let e = s.inodes[ino], e.unlinked, e.openHandles == 0 else { return }
+            if let r = e.remote { dropCachedSoon(r.etag) }
+            if e.lookups == 0, !e.hasLocalState { s.inodes[ino] = nil }
         }
     }
 

@@ -41,6 +41,10 @@ public final class StowFileSystem: Sendable {
     let store: any ObjectStore
     let queue: UploadQueue
     let blocks: BlockCache
+    /// Cached contents of files removed here, dropped from `blocks` off the caller's thread
+    /// (`dropCachedSoon`): a drop can free a slot of the pack or delete a block file, and an
+    /// unlink runs on the FUSE thread under the state lock.
+    let cacheDrops = Mutex<(etags: [String], scheduled: Bool)>(([], false))
     let urls = SignedURLCache()
     let fetching = InflightBlocks()
     let inodeLocks = InodeLocks()
