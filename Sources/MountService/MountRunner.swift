@@ -95,10 +95,7 @@ public enum MountRunner {
                 offline = true
             }
             try Preflight.checkCacheDirectory(cacheDirectory)
-            var lock: CacheLock? = try? CacheLock(cacheDirectory + "/lock")
-            guard lock != nil else {
-                throw MountProblem("another stowfs is using the cache folder \(cacheDirectory)", fix: "unmount it first, or give this mount its own --cache-dir")
-            }
+            var lock: CacheLock? = try CacheLock(cacheDirectory + "/lock", cacheDirectory: cacheDirectory)
 
             var config = MountConfiguration(scope: options.namespace.map { .namespace($0) } ?? .all, cacheDirectory: cacheDirectory)
             config.cacheSize = options.cacheSize
@@ -261,12 +258,18 @@ final class ExitRequest: Sendable {
 /// An exclusive lock on a cache folder, held while the object lives.
 final class CacheLock {
     let fd: Int32
-    init(_ path: String) throws {
+    init(_ path: String, cacheDirectory: String) throws {
         fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw MountProblem("cannot open \(path)", fix: "check the cache folder's permissions") }
+        guard fd >= 0 else {
+            throw MountProblem("cannot open \(path): \(String(cString: strerror(errno)))", fix: "check the cache folder's permissions, or give this mount another --cache-dir")
+        }
         guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            let why = errno
             close(fd)
-            throw MountProblem("locked", fix: "")
+            if why == EWOULDBLOCK {
+                throw MountProblem("another stowfs is using the cache folder \(cacheDirectory)", fix: "unmount it first, or give this mount its own --cache-dir")
+            }
+            throw MountProblem("cannot lock \(path): \(String(cString: strerror(why)))", fix: "give this mount a cache folder on a local disk (--cache-dir)")
         }
     }
     deinit { close(fd) }
