@@ -24,6 +24,7 @@ public final class FaultInjectingObjectStore: ObjectStore {
         var drops: [Operation: Int] = [:]
         var lostAnswers: [Operation: Int] = [:]
         var latency: [Operation: Duration] = [:]
+        var answerLatency: [Operation: Duration] = [:]
         var defaultLatency: Duration = .zero
         var offline = false
         var calls: [Operation: Int] = [:]
@@ -65,6 +66,17 @@ public final class FaultInjectingObjectStore: ObjectStore {
         state.withLock { s in
             if let op { s.latency[op] = latency } else { s.defaultLatency = latency }
         }
+    }
+
+    /// Every answer of `op` reaches the caller this long after the server gave it (an answer on
+    /// its way while other calls are made and answered): so far for `record` and `list`.
+    public func setAnswerLatency(_ latency: Duration, for op: Operation) {
+        state.withLock { $0.answerLatency[op] = latency }
+    }
+
+    private func leave(_ op: Operation) async throws {
+        let delay = state.withLock { $0.answerLatency[op] ?? .zero }
+        if delay > .zero { try await Task.sleep(for: delay) }
     }
 
     /// While true, every call fails as if the server were unreachable.
@@ -115,10 +127,17 @@ public final class FaultInjectingObjectStore: ObjectStore {
     public func namespaces() async throws -> [NamespaceRecord] { try await enter(.namespaces); return try await base.namespaces() }
     public func createNamespace(_ ns: Namespace) async throws -> NamespaceRecord { try await enter(.createNamespace); return try await base.createNamespace(ns) }
     public func deleteNamespace(_ ns: Namespace, recursive: Bool) async throws { try await enter(.deleteNamespace); try await base.deleteNamespace(ns, recursive: recursive) }
-    public func record(_ ns: Namespace, _ path: StoragePath) async throws -> FileRecord { try await enter(.record); return try await base.record(ns, path) }
+    public func record(_ ns: Namespace, _ path: StoragePath) async throws -> FileRecord {
+        try await enter(.record)
+        let r = try await base.record(ns, path)
+        try await leave(.record)
+        return r
+    }
     public func list(_ ns: Namespace, folder: StoragePath, after: String?, limit: Int) async throws -> ListPage {
         try await enter(.list)
-        return try await base.list(ns, folder: folder, after: after, limit: limit)
+        let page = try await base.list(ns, folder: folder, after: after, limit: limit)
+        try await leave(.list)
+        return page
     }
     public func update(_ ns: Namespace, _ path: StoragePath, _ patch: FilePatch, ifMatch: String?) async throws -> FileRecord {
         try await enter(.update)

@@ -80,6 +80,43 @@ struct DeleteTests {
         }
     }
 
+    @Test("a done delete is forgotten once no read of the server began before it; a lookup that began before it and is answered after still does not bring the file back")
+    func doneDeletesForgotten() async throws {
+        let faulty = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))
+        // Attributes expire at once: a lookup of a known name asks the server.
+        try await withEngine(store: faulty, configure: { $0.attributeTTL = .milliseconds(1) }) { h in
+            for i in 0..<50 { try await h.write("f\(i)", "x") }
+            try await h.write("kept", "k")
+            #expect(await h.fs.sync().isEmpty)
+            for i in 0..<50 { try await h.unlink("f\(i)") }
+            #expect(await h.fs.sync().isEmpty)
+            // No read was on its way: nothing of the 50 deletes is kept (they were kept 60 s).
+            #expect(h.fs.state.withLock { $0.owedDeletes.count } == 0)
+
+            // A lookup of `kept` asks the server (its folder's listing), which answers at once; the
+            // answer takes 300 ms to arrive. Meanwhile `kept` is removed and its delete done.
+            try await Task.sleep(for: .milliseconds(5))
+            let (root, _) = try await h.parentAndName("kept")
+            faulty.setAnswerLatency(.milliseconds(300), for: .record)
+            faulty.setAnswerLatency(.milliseconds(300), for: .list)
+            let asked = faulty.calls(of: .record) + faulty.calls(of: .list)
+            let lookup = Task { try await h.fs.lookup(parent: root, name: "kept") }
+            try await Task.sleep(for: .milliseconds(50))
+            #expect(faulty.calls(of: .record) + faulty.calls(of: .list) > asked, "the lookup asked the server")
+            faulty.setAnswerLatency(.zero, for: .list)
+            try await h.unlink("kept")
+            #expect(await h.fs.sync().isEmpty)
+            #expect(await Self.gone(h, "kept"))
+            // Kept while that lookup is on its way …
+            #expect(h.fs.state.withLock { $0.owedDeletes.count } == 1)
+            // … whose old record does not bring the file back.
+            await expectFS(.notFound) { _ = try await lookup.value }
+            faulty.setAnswerLatency(.zero, for: .record)
+            #expect(try await h.names("") == [])
+            #expect(h.fs.state.withLock { $0.owedDeletes.count } == 0)
+        }
+    }
+
     @Test("rm b; mv a b with a's content equal to b's: the delete of the old b lands before the rename, not on it")
     func renameOverDeleted() async throws {
         let faulty = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))

@@ -25,8 +25,43 @@ extension StowFileSystem {
         }
     }
 
-    /// How long a done delete still hides records asked for before it.
-    static let doneDeleteKept: Duration = .seconds(60)
+    /// Starts a read of the server's records whose answer is checked with `deletedHere`: returns
+    /// its token (for `endRead`, once the answer is taken in) and when it began, its `observedAt`.
+    /// While it is on its way, the deletes done after it began are kept.
+    func beginRead() -> (token: UInt64, at: ContinuousClock.Instant) {
+        state.withLock { s in
+            s.lastRead += 1
+            let now = ContinuousClock.now
+            s.readsInFlight[s.lastRead] = now
+            return (s.lastRead, now)
+        }
+    }
+
+    func endRead(_ token: UInt64) {
+        state.withLock { s in
+            s.readsInFlight[token] = nil
+            Self.pruneDoneDeletes(&s)
+        }
+    }
+
+    /// Done deletes go once no read in flight began before (or as) they were done: only such a
+    /// read can bring back a record of the deleted file (`hides`). They were kept 60 s, so an
+    /// `rm -rf` of 100,000 files held all 100,000 in memory at its end.
+    static func pruneDoneDeletes(_ s: inout State) {
+        let oldest = s.readsInFlight.values.min()
+        while s.doneDeletesHead < s.doneDeletes.count, oldest.map({ s.doneDeletes[s.doneDeletesHead].at < $0 }) ?? true {
+            let (ino, id, _) = s.doneDeletes[s.doneDeletesHead]
+            if s.owedDeletes[ino]?.id == id { s.owedDeletes[ino] = nil }
+            s.doneDeletesHead += 1
+        }
+        if s.doneDeletesHead == s.doneDeletes.count {
+            s.doneDeletes.removeAll(keepingCapacity: s.doneDeletes.count <= 4096)
+            s.doneDeletesHead = 0
+        } else if s.doneDeletesHead > 1024 && s.doneDeletesHead * 2 > s.doneDeletes.count {
+            s.doneDeletes.removeFirst(s.doneDeletesHead)
+            s.doneDeletesHead = 0
+        }
+    }
 
     static func noteDeleteOwed(_ s: inout State, id: Int64, _ deletion: UploadJournal.Deletion) {
         if let replaced = s.owedDeletes[deletion.remoteIno], replaced.doneAt == nil { s.deletesPending -= 1 }
@@ -52,18 +87,9 @@ extension StowFileSystem {
                 s.deletesPending -= 1
                 s.doneDeletes.append((d.deletion.remoteIno, d.id, now))
             }
-            // Those done long enough ago go, oldest first (a filter of the whole map on every
+            // Those no read in flight needs go, oldest first (a filter of the whole map on every
             // answer made `rm -rf` of thousands of files quadratic).
-            let old = now - Self.doneDeleteKept
-            while s.doneDeletesHead < s.doneDeletes.count, s.doneDeletes[s.doneDeletesHead].at < old {
-                let (ino, id, _) = s.doneDeletes[s.doneDeletesHead]
-                if s.owedDeletes[ino]?.id == id { s.owedDeletes[ino] = nil }
-                s.doneDeletesHead += 1
-            }
-            if s.doneDeletesHead > 1024 && s.doneDeletesHead * 2 > s.doneDeletes.count {
-                s.doneDeletes.removeFirst(s.doneDeletesHead)
-                s.doneDeletesHead = 0
-            }
+            Self.pruneDoneDeletes(&s)
         }
     }
 

@@ -120,7 +120,9 @@ extension StowFileSystem {
         // A huge folder: ask for this one name.
         guard let ns = location.namespace, !location.path.isRoot else { throw FSError.notFound }
         let record: FileRecord
-        let asked = ContinuousClock.now
+        let read = beginRead()
+        defer { endRead(read.token) }
+        let asked = read.at
         do {
             record = try await store.record(ns, location.path)
         } catch let e as StorageError where e.kind == .notFound {
@@ -274,7 +276,9 @@ extension StowFileSystem {
             }
         }
         let record: FileRecord
-        let asked = ContinuousClock.now
+        let read = beginRead()
+        defer { endRead(read.token) }
+        let asked = read.at
         do throws(FSError) {
             record = try await remote { try await store.record(ns, location.path) }
         } catch {
@@ -425,7 +429,9 @@ extension StowFileSystem {
     /// owes the server. Returns whether the listing is complete.
     @discardableResult
     func refreshDirectory(_ ino: InodeNumber, cap: Int?) async throws(FSError) -> Bool {
-        let started = ContinuousClock.now
+        let read = beginRead()
+        defer { endRead(read.token) }
+        let started = read.at
         // Held past the TTL only if the feed was followed before the listing began: a change made
         // before its first answer is never delivered (it starts from the head).
         let held = feedHolds()

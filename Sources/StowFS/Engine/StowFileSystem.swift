@@ -250,15 +250,20 @@ public final class StowFileSystem: Sendable {
         /// Uploads recovered from the journal that no inode has claimed yet.
         var recovered: [Location: UploadJournal.Record] = [:]
         /// Deletes owed to the server (unlinks queued), by the server inode they delete, and those
-        /// done in the last moments: a listing or lookup that began before the server did one must
-        /// not bring the file back (`OwedDelete.hides`).
+        /// done while a read of the server began before them is still on its way: a listing or
+        /// lookup that began before the server did one must not bring the file back
+        /// (`OwedDelete.hides`).
         var owedDeletes: [UInt64: OwedDelete] = [:]
         /// How many of `owedDeletes` the server has not done yet.
         var deletesPending = 0
         /// The done ones, in the order they were done (from `doneDeletesHead` on): dropped from
-        /// `owedDeletes` once `doneDeleteKept` has passed.
+        /// `owedDeletes` once no read in flight began before them (`pruneDoneDeletes`).
         var doneDeletes: [(remoteIno: UInt64, id: Int64, at: ContinuousClock.Instant)] = []
         var doneDeletesHead = 0
+        /// Reads of the server's records on their way (lookups, getattrs, listings), by token:
+        /// when each began — its `observedAt` (`beginRead`).
+        var readsInFlight: [UInt64: ContinuousClock.Instant] = [:]
+        var lastRead: UInt64 = 0
         /// Namespaces (the root listing of a `--all` mount), cached.
         var namespaces: [String: UInt64]?
         var namespacesValidUntil: ContinuousClock.Instant = .now
