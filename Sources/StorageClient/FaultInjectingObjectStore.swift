@@ -25,6 +25,9 @@ public final class FaultInjectingObjectStore: ObjectStore {
         var lostAnswers: [Operation: Int] = [:]
         var latency: [Operation: Duration] = [:]
         var answerLatency: [Operation: Duration] = [:]
+        var holdNext: Set<Operation> = []
+        var held = 0
+        var released = false
         var defaultLatency: Duration = .zero
         var offline = false
         var calls: [Operation: Int] = [:]
@@ -74,8 +77,29 @@ public final class FaultInjectingObjectStore: ObjectStore {
         state.withLock { $0.answerLatency[op] = latency }
     }
 
+    /// The next call of `op` is carried out, and its answer held until `releaseHeldAnswers()`
+    /// (so far for `record` and `list`). `heldAnswers` counts the answers waiting.
+    public func holdNextAnswer(of op: Operation) {
+        state.withLock {
+            $0.holdNext.insert(op)
+            $0.released = false
+        }
+    }
+
+    public func releaseHeldAnswers() { state.withLock { $0.released = true } }
+
+    public var heldAnswers: Int { state.withLock { $0.held } }
+
     private func leave(_ op: Operation) async throws {
-        let delay = state.withLock { $0.answerLatency[op] ?? .zero }
+        let (delay, hold) = state.withLock { s -> (Duration, Bool) in
+            let hold = s.holdNext.remove(op) != nil
+            if hold { s.held += 1 }
+            return (s.answerLatency[op] ?? .zero, hold)
+        }
+        if hold {
+            defer { state.withLock { $0.held -= 1 } }
+            while !state.withLock({ $0.released }) { try await Task.sleep(for: .milliseconds(2)) }
+        }
         if delay > .zero { try await Task.sleep(for: delay) }
     }
 

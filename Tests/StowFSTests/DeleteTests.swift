@@ -93,25 +93,22 @@ struct DeleteTests {
             // No read was on its way: nothing of the 50 deletes is kept (they were kept 60 s).
             #expect(h.fs.state.withLock { $0.owedDeletes.count } == 0)
 
-            // A lookup of `kept` asks the server (its folder's listing), which answers at once; the
-            // answer takes 300 ms to arrive. Meanwhile `kept` is removed and its delete done.
+            // A lookup of `kept` asks the server for its folder's listing, which is made at once;
+            // the answer is held on its way. Meanwhile `kept` is removed and its delete done.
             try await Task.sleep(for: .milliseconds(5))
             let (root, _) = try await h.parentAndName("kept")
-            faulty.setAnswerLatency(.milliseconds(300), for: .record)
-            faulty.setAnswerLatency(.milliseconds(300), for: .list)
-            let asked = faulty.calls(of: .record) + faulty.calls(of: .list)
+            faulty.holdNextAnswer(of: .list)
             let lookup = Task { try await h.fs.lookup(parent: root, name: "kept") }
-            try await Task.sleep(for: .milliseconds(50))
-            #expect(faulty.calls(of: .record) + faulty.calls(of: .list) > asked, "the lookup asked the server")
-            faulty.setAnswerLatency(.zero, for: .list)
+            for _ in 0..<5000 where faulty.heldAnswers == 0 { try await Task.sleep(for: .milliseconds(1)) }
+            #expect(faulty.heldAnswers == 1, "the lookup's listing is on its way")
             try await h.unlink("kept")
             #expect(await h.fs.sync().isEmpty)
             #expect(await Self.gone(h, "kept"))
             // Kept while that lookup is on its way …
             #expect(h.fs.state.withLock { $0.owedDeletes.count } == 1)
-            // … whose old record does not bring the file back.
+            // … whose old listing does not bring the file back.
+            faulty.releaseHeldAnswers()
             await expectFS(.notFound) { _ = try await lookup.value }
-            faulty.setAnswerLatency(.zero, for: .record)
             #expect(try await h.names("") == [])
             #expect(h.fs.state.withLock { $0.owedDeletes.count } == 0)
         }
