@@ -81,7 +81,9 @@ enum FuseConversions {
         return out
     }
 
+    /// A time a program set (utimensat), at the nearest one the engine holds: the product of a
+    /// `tv_sec` past 2262 trapped.
     static func time(_ t: Glibc.timespec) -> TimeSpec {
-        TimeSpec(nanoseconds: Int64(t.tv_sec) * 1_000_000_000 + Int64(t.tv_nsec))
+        TimeSpec(seconds: Int64(t.tv_sec), nanoseconds: Int64(t.tv_nsec))
     }
 }

@@ -50,9 +50,12 @@ public final class GrowingDirectUpload: Sendable {
     private let signals: AsyncStream<Void>
     private let signal: AsyncStream<Void>.Continuation
 
-    /// nil when `session` is not a deferred-length upload with a direct way in parts.
+    /// nil when `session` is not a deferred-length upload with a direct way in parts, or one whose
+    /// part size no object store takes (then the bytes go through the storage link): a size past
+    /// `DirectUpload.largestPart` would overflow `(next - 1) * partSize` below.
     public init?(store: any ObjectStore, session: StartUploadResponse, path: String, parallel: Int = 4, retry: RetryPolicy = .default) {
-        guard session.deferLength == true, let direct = session.upload.direct, direct.url == nil, direct.partSize > 0 else { return nil }
+        guard session.deferLength == true, let direct = session.upload.direct, direct.url == nil, (1...DirectUpload.largestPart).contains(direct.partSize)
+        else { return nil }
         self.store = store
         self.session = session
         self.path = path

@@ -231,10 +231,21 @@ public final class HTTPObjectStore: ObjectStore {
         if splits > 0 { query.append(("splits", String(splits))) }
         let answer = try await execute(makeRequest(.GET, url(Routes.browse(ns), query: query)))
         let folders: [PosixRecord], items: [PosixRecord], info: PageInfo
-        if answer.status == 200, let posix = answer.body.withUnsafeReadableBytes({ WireJSONReading.posixBrowse($0) })
-            ?? (try? JSONDecoder().decode(PosixBrowseResponse.self, from: Data(answer.body.readableBytesView)))
-        {
+        var refused: DecodingError?
+        func decodedPosix() -> PosixBrowseResponse? {
+            do {
+                return try JSONDecoder().decode(PosixBrowseResponse.self, from: Data(answer.body.readableBytesView))
+            } catch {
+                refused = error as? DecodingError
+                return nil
+            }
+        }
+        if answer.status == 200, let posix = answer.body.withUnsafeReadableBytes({ WireJSONReading.posixBrowse($0) }) ?? decodedPosix() {
             (folders, items, info) = (posix.folders, posix.items, posix.page)
+        } else if case .dataCorrupted(let context)? = refused {
+            // A posix page with a number no record can have (`RecordNumbers`): said as it is, not
+            // as the keys a page of the seed's records would lack.
+            throw StorageError(.protocolViolation, "cannot decode the server's answer as PosixBrowseResponse: \(context.debugDescription) (at \(context.codingPath.map(\.stringValue).joined(separator: ".")))", status: answer.status)
         } else {
             let page = try decode(BrowseResponse.self, answer)
             (folders, items, info) = (page.folders.map(PosixRecord.init(seed:)), page.items.map(PosixRecord.init(seed:)), page.page)
@@ -400,7 +411,14 @@ public final class HTTPObjectStore: ObjectStore {
     // MARK: - Uploads
 
     public func startUpload(_ ns: Namespace, _ request: StartUploadRequest) async throws -> StartUploadResponse {
-        try decode(StartUploadResponse.self, try await execute(makeRequest(.POST, url(Routes.startUpload(ns)), body: Self.json(request))))
+        let answer = try await execute(makeRequest(.POST, url(Routes.startUpload(ns)), body: Self.json(request)))
+        let session = try decode(StartUploadResponse.self, answer)
+        // The session's size is what gets sent: a start that names another one would have this
+        // client send (and the server keep) a file cut short, or send past the file's end.
+        if request.deferLength != true, session.size != request.size {
+            throw StorageError(.protocolViolation, "the server started an upload of \(session.size) bytes for a file of \(request.size)", status: answer.status)
+        }
+        return session
     }
 
     public func uploadedBytes(_ session: StartUploadResponse) async throws -> Int64 {
@@ -408,6 +426,10 @@ public final class HTTPObjectStore: ObjectStore {
         try expect(answer, [200])
         guard let offset = HTTPNumber.nonNegative(answer.headers.first(name: Tus.uploadOffset)) else {
             throw StorageError(.protocolViolation, "the storage link's HEAD has no Upload-Offset")
+        }
+        // Past the declared size, the bytes up to it would never be sent.
+        guard offset <= session.size || session.deferLength == true else {
+            throw StorageError(.protocolViolation, "the storage link holds \(offset) bytes of an upload of \(session.size)")
         }
         return offset
     }
@@ -443,6 +465,11 @@ public final class HTTPObjectStore: ObjectStore {
         guard answer.status == 200 || answer.status == 204 else { throw error(for: answer) }
         guard let newOffset = HTTPNumber.nonNegative(answer.headers.first(name: Tus.uploadOffset)) else {
             throw StorageError(.protocolViolation, "the storage link's answer has no Upload-Offset")
+        }
+        // The server cannot hold more than was sent: an offset past `end` would have the bytes
+        // in between skipped, and the file stored with a gap.
+        guard newOffset <= end else {
+            throw StorageError(.protocolViolation, "the storage link says it holds \(newOffset) bytes after bytes up to \(end) were sent", status: answer.status)
         }
         return newOffset
     }

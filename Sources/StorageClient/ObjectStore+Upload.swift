@@ -176,15 +176,25 @@ extension ObjectStore {
     private func sendMissingParts(_ session: inout StartUploadResponse, from source: UploadSource, progress: ProgressHandler?) async throws {
         let size = session.size
         let first = try await renewing(&session) { try await uploadParts($0, numbers: []) }
+        // 1 byte to `DirectUpload.largestPart`, parts numbered from 1 to `mostParts` (checked as
+        // the answer is read): none of the sums below can overflow (a part size of 0 divided by
+        // zero, one past the file's size overflowed `size + partSize - 1`).
         let partSize = first.partSize
+        /// The bytes of part `number`, as the file divides.
+        func expectedSize(_ number: Int) -> Int64 { min(partSize, size - Int64(number - 1) * partSize) }
         let count = Int((size + partSize - 1) / partSize)
-        let stored = Set(first.stored.filter { $0.size == min(partSize, size - Int64($0.number - 1) * partSize) }.map(\.number))
+        let stored = Set(first.stored.filter { $0.number <= count && $0.size == expectedSize($0.number) }.map(\.number))
         let missing = (1...count).filter { !stored.contains($0) }
         let counter = progress.map { ProgressCounter(base: min(size, Int64(stored.count) * partSize), total: size, report: $0) }
         for batchStart in stride(from: 0, to: missing.count, by: 64) {
             try Task.checkCancellation()
             let batch = Array(missing[batchStart..<min(batchStart + 64, missing.count)])
             let urls = try await renewing(&session) { try await uploadParts($0, numbers: batch) }.parts
+            // A part is sent from where its number says, as long as the server gives it as this
+            // upload divides: another number or size would put bytes where they do not belong.
+            for part in urls where !batch.contains(part.number) || part.size != expectedSize(part.number) {
+                throw StorageError(.protocolViolation, "the server gave part \(part.number) as \(part.size) bytes, not one of parts \(batch) of \(partSize) bytes of \(size)")
+            }
             try await withThrowingTaskGroup(of: Void.self) { group in
                 var next = 0
                 func add(_ part: UploadPartsResponse.Part) {

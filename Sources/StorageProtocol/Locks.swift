@@ -129,6 +129,27 @@ public struct LockResponse: Codable, Sendable, Equatable {
         self.cursor = cursor
         self.etag = etag
     }
+
+    enum CodingKeys: String, CodingKey {
+        case granted, conflict, fence, changes, cursor, etag
+    }
+
+    /// As the synthesized decoder, and a conflict's range must be one (`start` ≤ `end`): a mount
+    /// answers F_GETLK with its length, `end - start + 1`, which traps for a range that ends
+    /// before it starts. Such an answer is a decoding error (the lock call fails with EIO).
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        granted = try c.decode(Bool.self, forKey: .granted)
+        conflict = try c.decodeIfPresent(HeldLock.self, forKey: .conflict)
+        fence = try c.decodeIfPresent(String.self, forKey: .fence)
+        changes = try c.decodeIfPresent([ChangeRecord].self, forKey: .changes)
+        cursor = try c.decodeIfPresent(String.self, forKey: .cursor)
+        etag = try c.decodeIfPresent(String.self, forKey: .etag)
+        if let conflict, conflict.start > conflict.end {
+            throw DecodingError.dataCorruptedError(
+                forKey: .conflict, in: c, debugDescription: "a lock from \(conflict.start) that ends before it, at \(conflict.end)")
+        }
+    }
 }
 
 /// `PUT …/namespaces/{ns}/locks/sessions/{id}`: starts or renews a lock session.

@@ -22,6 +22,7 @@ public struct FileRecord: Codable, Sendable, Equatable {
     public var contentType: String
     public var namespace: String
     public var operation: String
+    /// Bytes; from 0 to `RecordNumbers.largestSize` in a record read from JSON.
     public var size: Int64
     public var upload: UploadLink?
     public var cdn: CDNLink
@@ -102,6 +103,76 @@ public struct FileRecord: Codable, Sendable, Equatable {
         case ctimeNs = "ctime_ns"
         case target, rdev
     }
+
+    /// As the synthesized decoder, then `RecordNumbers.check`: a record with a size or inode no
+    /// server can mean is not a record (a decoding error, which a client answers as a protocol
+    /// violation), so that no user of one meets them.
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        id = try c.decode(String.self, forKey: .id)
+        fileName = try c.decode(String.self, forKey: .fileName)
+        filePath = try c.decode(String.self, forKey: .filePath)
+        contentType = try c.decode(String.self, forKey: .contentType)
+        namespace = try c.decode(String.self, forKey: .namespace)
+        operation = try c.decode(String.self, forKey: .operation)
+        size = try c.decode(Int64.self, forKey: .size)
+        upload = try c.decodeIfPresent(UploadLink.self, forKey: .upload)
+        cdn = try c.decode(CDNLink.self, forKey: .cdn)
+        success = try c.decode(Bool.self, forKey: .success)
+        tags = try c.decode([String].self, forKey: .tags)
+        createdOn = try c.decode(String.self, forKey: .createdOn)
+        modifiedOn = try c.decode(String.self, forKey: .modifiedOn)
+        etag = try c.decode(String.self, forKey: .etag)
+        sha256 = try c.decodeIfPresent(String.self, forKey: .sha256)
+        metadata = try c.decode([String: String].self, forKey: .metadata)
+        isPublic = try c.decode(Bool.self, forKey: .isPublic)
+        kind = try c.decode(NodeKind.self, forKey: .kind)
+        inode = try c.decode(UInt64.self, forKey: .inode)
+        mode = try c.decodeIfPresent(UInt32.self, forKey: .mode)
+        uid = try c.decodeIfPresent(UInt32.self, forKey: .uid)
+        gid = try c.decodeIfPresent(UInt32.self, forKey: .gid)
+        nlink = try c.decode(UInt32.self, forKey: .nlink)
+        atimeNs = try c.decode(Int64.self, forKey: .atimeNs)
+        mtimeNs = try c.decode(Int64.self, forKey: .mtimeNs)
+        ctimeNs = try c.decode(Int64.self, forKey: .ctimeNs)
+        target = try c.decodeIfPresent(String.self, forKey: .target)
+        rdev = try c.decodeIfPresent(UInt64.self, forKey: .rdev)
+        try RecordNumbers.check(size: size, inode: inode, in: c, sizeKey: .size, inodeKey: .inode)
+    }
+}
+
+/// The numbers of a server's record of an entry (`FileRecord`, `PosixRecord`) that no server can
+/// mean, refused as the record is read — by JSONDecoder and by `WireJSONReading` alike — so that
+/// no user of a record meets them: a mount turns a record's numbers into `stat`'s, sums them
+/// with offsets and block sizes, and a number that traps there (`UInt64(-1)`) took the whole
+/// mount down, with every file written and not yet stored. A server that sends one gets an error
+/// answer instead (the operation fails with EIO; an upload whose completion it was is tried
+/// again, its file kept).
+///
+/// The other numbers of a record are taken as they are: every `Int64` of nanoseconds is a time
+/// (1677 to 2262) and every `UInt32` a link count, mode, owner or group, and their users must
+/// take each (a link count of 0 is shown as 1; a mode's file-type bits are dropped).
+public enum RecordNumbers {
+    /// The largest size a record may give: 4 EiB, more than any store holds. Refusing larger ones
+    /// leaves room below `Int64.max` for the sums a client makes with a size (an offset and a
+    /// length, the end of the block that holds the last byte).
+    public static let largestSize: Int64 = 1 << 62
+
+    /// Why a record with these numbers cannot be one; nil when it can.
+    public static func problem(size: Int64, inode: UInt64) -> String? {
+        if size < 0 { return "a negative size (\(size))" }
+        if size > largestSize { return "a size past 4 EiB (\(size))" }
+        // Servers number inodes from 16; FUSE reserves 0 (a lookup answered with it is a miss).
+        if inode == 0 { return "inode 0 (no entry has it)" }
+        return nil
+    }
+
+    /// Throws the decoding error that names the number `problem` finds.
+    static func check<K: CodingKey>(size: Int64, inode: UInt64, in container: KeyedDecodingContainer<K>, sizeKey: K, inodeKey: K) throws {
+        guard let problem = problem(size: size, inode: inode) else { return }
+        throw DecodingError.dataCorruptedError(
+            forKey: size < 0 || size > largestSize ? sizeKey : inodeKey, in: container, debugDescription: "not a record of an entry: \(problem)")
+    }
 }
 
 /// A page of a listing.
@@ -175,6 +246,7 @@ public struct BrowseResponse: Codable, Sendable, Equatable {
 public struct PosixRecord: Codable, Sendable, Equatable {
     public var fileName: String
     public var contentType: String
+    /// Bytes; from 0 to `RecordNumbers.largestSize` in a record read from JSON.
     public var size: Int64
     public var tags: [String]
     public var etag: String
@@ -233,6 +305,32 @@ public struct PosixRecord: Codable, Sendable, Equatable {
         case ctimeNs = "ctime_ns"
         case btimeNs = "btime_ns"
         case target, rdev
+    }
+
+    /// As the synthesized decoder, then `RecordNumbers.check` (see `FileRecord.init(from:)`).
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        fileName = try c.decode(String.self, forKey: .fileName)
+        contentType = try c.decode(String.self, forKey: .contentType)
+        size = try c.decode(Int64.self, forKey: .size)
+        tags = try c.decode([String].self, forKey: .tags)
+        etag = try c.decode(String.self, forKey: .etag)
+        sha256 = try c.decodeIfPresent(String.self, forKey: .sha256)
+        metadata = try c.decode([String: String].self, forKey: .metadata)
+        isPublic = try c.decode(Bool.self, forKey: .isPublic)
+        kind = try c.decode(NodeKind.self, forKey: .kind)
+        inode = try c.decode(UInt64.self, forKey: .inode)
+        mode = try c.decodeIfPresent(UInt32.self, forKey: .mode)
+        uid = try c.decodeIfPresent(UInt32.self, forKey: .uid)
+        gid = try c.decodeIfPresent(UInt32.self, forKey: .gid)
+        nlink = try c.decode(UInt32.self, forKey: .nlink)
+        atimeNs = try c.decode(Int64.self, forKey: .atimeNs)
+        mtimeNs = try c.decode(Int64.self, forKey: .mtimeNs)
+        ctimeNs = try c.decode(Int64.self, forKey: .ctimeNs)
+        btimeNs = try c.decode(Int64.self, forKey: .btimeNs)
+        target = try c.decodeIfPresent(String.self, forKey: .target)
+        rdev = try c.decodeIfPresent(UInt64.self, forKey: .rdev)
+        try RecordNumbers.check(size: size, inode: inode, in: c, sizeKey: .size, inodeKey: .inode)
     }
 }
 
@@ -293,14 +391,22 @@ extension PosixRecord: EntryRecord {}
 
 extension PosixRecord {
     /// The posix record of a seed record (a listing from a store that gives only those). Its
-    /// `created_on` has milliseconds, so `btimeNs` has no finer part; ctime when it cannot be read.
+    /// `created_on` has milliseconds, so `btimeNs` has no finer part; ctime when it cannot be read,
+    /// or names a time nanoseconds since 1970 do not hold in an `Int64` (before 1677 or after 2262:
+    /// the date is the server's, and `9999-12-31` trapped in the multiplication).
     public init(seed r: FileRecord) {
         let created = try? Date(r.createdOn, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true))
         self.init(
             fileName: r.fileName, contentType: r.contentType, size: r.size, tags: r.tags, etag: r.etag, sha256: r.sha256, metadata: r.metadata,
             isPublic: r.isPublic, kind: r.kind, inode: r.inode, mode: r.mode, uid: r.uid, gid: r.gid, nlink: r.nlink, atimeNs: r.atimeNs,
-            mtimeNs: r.mtimeNs, ctimeNs: r.ctimeNs, btimeNs: created.map { Int64(($0.timeIntervalSince1970 * 1000).rounded()) * 1_000_000 } ?? r.ctimeNs,
-            target: r.target, rdev: r.rdev)
+            mtimeNs: r.mtimeNs, ctimeNs: r.ctimeNs, btimeNs: created.flatMap(Self.nanoseconds(of:)) ?? r.ctimeNs, target: r.target, rdev: r.rdev)
+    }
+
+    /// Nanoseconds since 1970 of a date read to the millisecond; nil past what an `Int64` holds.
+    static func nanoseconds(of date: Date) -> Int64? {
+        guard let millis = Int64(exactly: (date.timeIntervalSince1970 * 1000).rounded()) else { return nil }
+        let (ns, overflow) = millis.multipliedReportingOverflow(by: 1_000_000)
+        return overflow ? nil : ns
     }
 }
 

@@ -136,6 +136,12 @@ public struct DirectUpload: Codable, Sendable, Equatable {
         self.expiresAt = expiresAt
     }
 
+    /// The largest part an object store takes (S3's limit, 5 GiB): a client sends a file in
+    /// parts only of 1 byte to this many.
+    public static let largestPart: Int64 = 5 << 30
+    /// The most parts an upload may have (S3's limit).
+    public static let mostParts = 10_000
+
     enum CodingKeys: String, CodingKey {
         case url, headers, parts
         case partSize = "part_size"
@@ -185,6 +191,26 @@ public struct UploadPartsResponse: Codable, Sendable, Equatable {
     enum CodingKeys: String, CodingKey {
         case parts, stored
         case partSize = "part_size"
+    }
+
+    /// As the synthesized decoder, with the numbers a client computes offsets from checked: a
+    /// part size of 1 to `DirectUpload.largestPart` (0 divided the file into parts by zero, a
+    /// negative one made a range that ends before it starts), and parts numbered 1 to
+    /// `DirectUpload.mostParts`, of 0 to `largestPart` bytes (so that `(number - 1) * partSize`
+    /// and the part's end cannot overflow). Anything else is a decoding error.
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        partSize = try c.decode(Int64.self, forKey: .partSize)
+        parts = try c.decode([Part].self, forKey: .parts)
+        stored = try c.decode([Part].self, forKey: .stored)
+        guard (1...DirectUpload.largestPart).contains(partSize) else {
+            throw DecodingError.dataCorruptedError(forKey: .partSize, in: c, debugDescription: "a part size of \(partSize) bytes")
+        }
+        for (key, list) in [(CodingKeys.parts, parts), (.stored, stored)] {
+            for p in list where !(1...DirectUpload.mostParts).contains(p.number) || !(0...DirectUpload.largestPart).contains(p.size) {
+                throw DecodingError.dataCorruptedError(forKey: key, in: c, debugDescription: "part \(p.number) of \(p.size) bytes")
+            }
+        }
     }
 }
 

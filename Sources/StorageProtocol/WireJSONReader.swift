@@ -5,9 +5,9 @@ import Glibc
 /// Reads the API's largest answers — browse and search pages of up to a thousand records — by
 /// hand: JSONDecoder took two thirds of a mount's time to list a big folder (`perf` of `stowfs`
 /// during `ls -f` of 12,000 files). Only the plain shape is read here: strict JSON, integers
-/// without fraction or exponent, valid UTF-8, no upload link in a record. Anything else returns
-/// nil, and the caller decodes with JSONDecoder as before, so what is accepted or refused does
-/// not change. `WireJSONTests` checks both agree.
+/// without fraction or exponent, valid UTF-8, no upload link in a record, no number
+/// `RecordNumbers` refuses. Anything else returns nil, and the caller decodes with JSONDecoder
+/// as before, so what is accepted or refused does not change. `WireJSONTests` checks both agree.
 public enum WireJSONReading {
     /// `bytes` read whole by `body`; nil for anything `body` does not take.
     static func whole<T>(_ bytes: UnsafeRawBufferPointer, _ body: (inout JSONReader) throws(JSONReader.Failure) -> T) -> T? {
@@ -384,7 +384,8 @@ public enum WireJSONReading {
         guard let id = f.id, let fileName = f.fileName, let filePath = f.filePath, let contentType = f.contentType, let namespace = f.namespace,
             let operation = f.operation, let size = f.size, let cdnLink = f.cdnLink, let success = f.success, let tags = f.tags,
             let createdOn = f.createdOn, let modifiedOn = f.modifiedOn, let etag = f.etag, let metadata = f.metadata, let isPublic = f.isPublic,
-            let kind = f.kind, let inode = f.inode, let nlink = f.nlink, let atime = f.atime, let mtime = f.mtime, let ctime = f.ctime
+            let kind = f.kind, let inode = f.inode, let nlink = f.nlink, let atime = f.atime, let mtime = f.mtime, let ctime = f.ctime,
+            RecordNumbers.problem(size: size, inode: inode) == nil
         else { throw JSONReader.Failure() }
         return FileRecord(
             id: id, fileName: fileName, filePath: filePath, contentType: contentType, namespace: namespace, operation: operation,
@@ -397,7 +398,8 @@ public enum WireJSONReading {
         let f = try fields(&r)
         guard let fileName = f.fileName, let contentType = f.contentType, let size = f.size, let tags = f.tags, let etag = f.etag,
             let metadata = f.metadata, let isPublic = f.isPublic, let kind = f.kind, let inode = f.inode, let nlink = f.nlink,
-            let atime = f.atime, let mtime = f.mtime, let ctime = f.ctime, let btime = f.btime
+            let atime = f.atime, let mtime = f.mtime, let ctime = f.ctime, let btime = f.btime,
+            RecordNumbers.problem(size: size, inode: inode) == nil
         else { throw JSONReader.Failure() }
         return PosixRecord(
             fileName: fileName, contentType: contentType, size: size, tags: tags, etag: etag, sha256: f.sha256, metadata: metadata,

@@ -30,17 +30,19 @@ struct WireJSONWriterTests {
         (0..<Int.random(in: 0...max, using: &g)).map { _ in pieces.randomElement(using: &g)! }.joined()
     }
 
+    /// A record any server could send: every size and inode `RecordNumbers` takes (the writer
+    /// meets the others in `numbers`), and every value of the other numbers.
     static func record(_ g: inout Seeded) -> FileRecord {
         var meta: [String: String] = [:]
         for _ in 0..<Int.random(in: 0...4, using: &g) { meta[text(&g, max: 3)] = text(&g) }
         let maybe = { (g: inout Seeded) in Bool.random(using: &g) }
         var r = FileRecord(
             id: text(&g), fileName: text(&g), filePath: text(&g) + "/" + text(&g), contentType: text(&g), namespace: text(&g),
-            operation: text(&g), size: Int64.random(in: Int64.min...Int64.max, using: &g),
+            operation: text(&g), size: Int64.random(in: 0...RecordNumbers.largestSize, using: &g),
             cdn: CDNLink(url: text(&g), absoluteUrl: text(&g), relativeUrl: text(&g)), success: maybe(&g),
             tags: (0..<Int.random(in: 0...3, using: &g)).map { _ in text(&g) }, createdOn: text(&g), modifiedOn: text(&g),
             etag: text(&g), sha256: maybe(&g) ? text(&g) : nil, metadata: meta, isPublic: maybe(&g),
-            kind: NodeKind.allCases.randomElement(using: &g)!, inode: UInt64.random(in: 0...UInt64.max, using: &g),
+            kind: NodeKind.allCases.randomElement(using: &g)!, inode: UInt64.random(in: 1...UInt64.max, using: &g),
             mode: maybe(&g) ? UInt32.random(in: 0...UInt32.max, using: &g) : nil, uid: maybe(&g) ? UInt32.random(in: 0...UInt32.max, using: &g) : nil,
             gid: maybe(&g) ? 0 : nil, nlink: UInt32.random(in: 0...UInt32.max, using: &g), atimeNs: Int64.random(in: Int64.min...Int64.max, using: &g),
             mtimeNs: -1, ctimeNs: 0, target: maybe(&g) ? text(&g) : nil, rdev: maybe(&g) ? UInt64.max : nil)

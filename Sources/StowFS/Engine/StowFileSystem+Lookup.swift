@@ -179,7 +179,10 @@ extension StowFileSystem {
             s.inodes[.root]?.directory?.children[info.name] = ino
             return ino
         }
-        let ino = info.rootInode
+        // The server's number, as `upsert` takes one: unless it is one this mount uses (the root,
+        // a file made here, another namespace's folder), whose entry it would replace, or 0.
+        let remote = info.rootInode
+        let ino = remote <= InodeNumber.root || remote >= InodeNumber.firstLocal || s.inodes.contains(remote) ? newLocalInode(&s) : remote
         s.inodes[ino] = InodeEntry(
             ino: ino, parent: .root, name: info.name,
             attributes: FileAttributes(

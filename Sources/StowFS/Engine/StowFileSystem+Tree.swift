@@ -53,7 +53,7 @@ extension StowFileSystem {
                 s.inodes[ino]?.directory = DirectoryState(
                     children: [:], complete: true, validUntil: .now + configuration.attributeTTL, heldByFeed: held, madeHere: leased)
             }
-            s.inodes[parent]?.attributes.nlink += 1
+            s.inodes[parent]?.attributes.addSubfolder()
             touchDirectory(&s, parent)
             return entry(s.inodes[ino]!)
         }
@@ -467,8 +467,8 @@ extension StowFileSystem {
             s.inodes[src]?.attributes.ctime = .now
             s.inodes[src]?.changedAt = .now
             if srcEntry.kind == .directory && parent != newParent {
-                s.inodes[parent]?.attributes.nlink -= 1
-                s.inodes[newParent]?.attributes.nlink += 1
+                s.inodes[parent]?.attributes.removeSubfolder()
+                s.inodes[newParent]?.attributes.addSubfolder()
             }
             touchDirectory(&s, parent)
             touchDirectory(&s, newParent)
@@ -511,7 +511,8 @@ extension StowFileSystem {
         return state.withLock { s in
             s.inodes[newParent]?.directory?.children[newName] = ino
             s.inodes[newParent]?.directory?.negative[newName] = nil
-            s.inodes[ino]?.attributes.nlink = record.nlink
+            // At least 1, as `attributes(_:ino:)` shows a record's count: the file has this name.
+            s.inodes[ino]?.attributes.nlink = max(1, record.nlink)
             s.inodes[ino]?.attributes.ctime = TimeSpec(nanoseconds: record.ctimeNs)
             s.inodes[ino]?.lookups += 1
             if s.inodes[ino]?.remote == nil { s.inodes[ino]?.remote = RemoteInfo(ino: record.inode, etag: record.etag) }

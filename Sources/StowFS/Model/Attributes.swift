@@ -13,8 +13,24 @@ extension InodeNumber {
 public struct TimeSpec: Sendable, Equatable, Comparable {
     public var nanoseconds: Int64
     public init(nanoseconds: Int64) { self.nanoseconds = nanoseconds }
-    public var seconds: Int64 { nanoseconds >= 0 ? nanoseconds / 1_000_000_000 : (nanoseconds - 999_999_999) / 1_000_000_000 }
-    public var subsecondNanoseconds: Int64 { nanoseconds - seconds * 1_000_000_000 }
+
+    /// A `timespec`'s time, at the nearest one `nanoseconds` holds (1677 to 2262): the kernel
+    /// passes on whatever a program sets (`touch -d 2300-01-01`), and filesystems keep a time
+    /// past their range at its end, as Linux does for those with a narrower one.
+    public init(seconds: Int64, nanoseconds fraction: Int64) {
+        let (whole, o1) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        let (sum, o2) = whole.addingReportingOverflow(fraction)
+        nanoseconds = o1 || o2 ? (seconds < 0 ? .min : .max) : sum
+    }
+
+    /// Whole seconds, rounded down (−1 for 1 ns before the epoch). Every `Int64` has one: the
+    /// times are the server's, and `Int64.min` trapped in `nanoseconds - 999_999_999`.
+    public var seconds: Int64 { nanoseconds / 1_000_000_000 - (nanoseconds % 1_000_000_000 < 0 ? 1 : 0) }
+    /// The rest, 0 to 999,999,999.
+    public var subsecondNanoseconds: Int64 {
+        let rest = nanoseconds % 1_000_000_000
+        return rest < 0 ? rest + 1_000_000_000 : rest
+    }
     public static var now: TimeSpec { TimeSpec(nanoseconds: Timestamp.nowNanoseconds()) }
     public static func < (a: TimeSpec, b: TimeSpec) -> Bool { a.nanoseconds < b.nanoseconds }
 }
@@ -53,6 +69,21 @@ public struct FileAttributes: Sendable, Equatable {
 
     /// 512-byte blocks, as `du` counts them.
     public var blocks: UInt64 { (size + 511) / 512 }
+}
+
+extension FileAttributes {
+    /// A folder's link count after a sub-folder came in. The count is the server's (a listing's
+    /// record): at `UInt32.max` it stays there (`nlink += 1` trapped).
+    mutating func addSubfolder() {
+        if nlink < .max { nlink += 1 }
+    }
+
+    /// A folder's link count after a sub-folder went: never below 2 (the folder's name and its
+    /// `.`). The server's count can be lower than the sub-folders this mount knows of (ext4 says
+    /// 1 of a folder too large to count), and `nlink -= 1` trapped below 0.
+    mutating func removeSubfolder() {
+        if nlink > 2 { nlink -= 1 }
+    }
 }
 
 /// The answer to lookup, create, mkdir…: an inode with its attributes and how long the kernel may cache them.
