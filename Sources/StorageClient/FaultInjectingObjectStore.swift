@@ -24,7 +24,6 @@ public final class FaultInjectingObjectStore: ObjectStore {
         var drops: [Operation: Int] = [:]
         var lostAnswers: [Operation: Int] = [:]
         var latency: [Operation: Duration] = [:]
-        var answerLatency: [Operation: Duration] = [:]
         var holdNext: Set<Operation> = []
         var held = 0
         var released = false
@@ -71,12 +70,6 @@ public final class FaultInjectingObjectStore: ObjectStore {
         }
     }
 
-    /// Every answer of `op` reaches the caller this long after the server gave it (an answer on
-    /// its way while other calls are made and answered): so far for `record` and `list`.
-    public func setAnswerLatency(_ latency: Duration, for op: Operation) {
-        state.withLock { $0.answerLatency[op] = latency }
-    }
-
     /// The next call of `op` is carried out, and its answer held until `releaseHeldAnswers()`
     /// (so far for `record` and `list`). `heldAnswers` counts the answers waiting.
     public func holdNextAnswer(of op: Operation) {
@@ -91,16 +84,14 @@ public final class FaultInjectingObjectStore: ObjectStore {
     public var heldAnswers: Int { state.withLock { $0.held } }
 
     private func leave(_ op: Operation) async throws {
-        let (delay, hold) = state.withLock { s -> (Duration, Bool) in
+        let hold = state.withLock { s -> Bool in
             let hold = s.holdNext.remove(op) != nil
             if hold { s.held += 1 }
-            return (s.answerLatency[op] ?? .zero, hold)
+            return hold
         }
-        if hold {
-            defer { state.withLock { $0.held -= 1 } }
-            while !state.withLock({ $0.released }) { try await Task.sleep(for: .milliseconds(2)) }
-        }
-        if delay > .zero { try await Task.sleep(for: delay) }
+        guard hold else { return }
+        defer { state.withLock { $0.held -= 1 } }
+        while !state.withLock({ $0.released }) { try await Task.sleep(for: .milliseconds(2)) }
     }
 
     /// While true, every call fails as if the server were unreachable.
