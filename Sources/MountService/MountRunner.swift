@@ -95,7 +95,7 @@ public enum MountRunner {
                 offline = true
             }
             try Preflight.checkCacheDirectory(cacheDirectory)
-            var lock: CacheLock? = try CacheLock(cacheDirectory + "/lock", cacheDirectory: cacheDirectory)
+            var lock: CacheLock? = try CacheLock(cacheDirectory: cacheDirectory)
 
             var config = MountConfiguration(scope: options.namespace.map { .namespace($0) } ?? .all, cacheDirectory: cacheDirectory)
             config.cacheSize = options.cacheSize
@@ -255,10 +255,11 @@ final class ExitRequest: Sendable {
     }
 }
 
-/// An exclusive lock on a cache folder, held while the object lives.
+/// An exclusive lock on a cache folder (its `lock` file), held while the object lives.
 final class CacheLock {
     let fd: Int32
-    init(_ path: String, cacheDirectory: String) throws {
+    init(cacheDirectory: String) throws {
+        let path = cacheDirectory + "/lock"
         fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
             throw MountProblem("cannot open \(path): \(String(cString: strerror(errno)))", fix: "check the cache folder's permissions, or give this mount another --cache-dir")

@@ -482,9 +482,9 @@ struct JournalTests {
         let ns = try Namespace("closelog")
         let journal = try UploadJournal(path: path)
         let a = try insertSmall(journal, ns, "a")
-        journal.failWrites.withLock { $0 = true }
+        journal.failWrites.store(true, ordering: .relaxed)
         #expect(throws: (any Error).self) { try insertSmall(journal, ns, "b") }
-        journal.failWrites.withLock { $0 = false }
+        journal.failWrites.store(false, ordering: .relaxed)
         // Transactions of every kind after it: none puts b in.
         let c = try insertSmall(journal, ns, "c")
         _ = try journal.insertDeletion(location: Location(namespace: ns, path: try StoragePath("d/x")), UploadJournal.Deletion(remoteIno: 9, ifMatch: nil))

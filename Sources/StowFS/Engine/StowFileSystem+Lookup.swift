@@ -179,10 +179,8 @@ extension StowFileSystem {
             s.inodes[.root]?.directory?.children[info.name] = ino
             return ino
         }
-        // The server's number, as `upsert` takes one: unless it is one this mount uses (the root,
-        // a file made here, another namespace's folder), whose entry it would replace, or 0.
-        let remote = info.rootInode
-        let ino = remote <= InodeNumber.root || remote >= InodeNumber.firstLocal || s.inodes.contains(remote) ? newLocalInode(&s) : remote
+        // The server's number, as `upsert` takes one (not one whose entry it would replace).
+        let ino = Self.inodeNumber(forRemote: info.rootInode, &s)
         s.inodes[ino] = InodeEntry(
             ino: ino, parent: .root, name: info.name,
             attributes: FileAttributes(

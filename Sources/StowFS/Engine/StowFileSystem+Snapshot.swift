@@ -222,8 +222,7 @@ extension StowFileSystem {
         s.inodes[.root]?.directory?.complete = snapshot.rootComplete
         for item in snapshot.items {
             guard let parent = mapped[item.parent], s.inodes[parent]?.directory != nil else { continue }
-            let ino = item.remoteIno < InodeNumber.firstLocal && !s.inodes.contains(item.remoteIno) && item.remoteIno > InodeNumber.root
-                ? item.remoteIno : { defer { s.nextLocal += 1 }; return s.nextLocal }()
+            let ino = inodeNumber(forRemote: item.remoteIno, &s)
             mapped[item.ino] = ino
             var e = InodeEntry(
                 ino: ino, parent: parent, name: item.name,

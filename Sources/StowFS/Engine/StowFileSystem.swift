@@ -502,7 +502,7 @@ public final class StowFileSystem: Sendable {
             s.byRemote[r.inode] = existing
             return existing
         }
-        let ino = r.inode >= InodeNumber.firstLocal || s.inodes.contains(r.inode) ? newLocalInode(&s) : r.inode
+        let ino = Self.inodeNumber(forRemote: r.inode, &s)
         var e = InodeEntry(
             ino: ino, parent: parent, name: name, attributes: attributes(r, ino: ino), validUntil: validUntil,
             remote: RemoteInfo(ino: r.inode, etag: r.etag))
@@ -517,6 +517,14 @@ public final class StowFileSystem: Sendable {
         s.byRemote[r.inode] = ino
         s.inodes[parent]?.directory?.place(FileName(name), ino)
         return ino
+    }
+
+    /// The kernel's number for a server inode: the server's own, unless this mount uses it already
+    /// (the root, a file made here, another entry) or it cannot be one (0) — then a local one.
+    static func inodeNumber(forRemote r: UInt64, _ s: inout State) -> InodeNumber {
+        if r > InodeNumber.root, r < InodeNumber.firstLocal, !s.inodes.contains(r) { return r }
+        defer { s.nextLocal += 1 }
+        return s.nextLocal
     }
 
     func newLocalInode(_ s: inout State) -> InodeNumber {

@@ -201,7 +201,7 @@ public final class UploadJournal: Sendable {
     /// makes it durable too). The rows pending from the close log go in first; `allocating` ids
     /// are given out with them, at once, for `body`'s own inserts.
     private func transaction<T>(synced: Bool, allocating n: Int = 0, _ body: (Database, [Int64]) throws -> T) throws -> T {
-        if failWrites.withLock({ $0 }) { throw FSError.io("the journal's disk failed (a fault put in by a test)") }
+        if failWrites.load(ordering: .relaxed) { throw FSError.io("the journal's disk failed (a fault put in by a test)") }
         var taken = 0
         let result = try db.writeWithoutTransaction { db -> T in
             if !synced { try db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute() }
@@ -497,7 +497,7 @@ public final class UploadJournal: Sendable {
     /// synced commit of every pending row instead (then the log starts its next generation).
     private func writeLog(_ batch: [LoggedWrite]) throws {
         guard let closeLog else { throw FSError.io("no close log") }
-        if failWrites.withLock({ $0 }) { throw FSError.io("the close log and the WAL's fsync failed (a fault put in by a test)") }
+        if failWrites.load(ordering: .relaxed) { throw FSError.io("the close log and the WAL's fsync failed (a fault put in by a test)") }
         do {
             if try closeLog.append(batch.map { CloseLog.Entry(id: $0.id, payload: $0.row.encoded()) }) { return }
         } catch {
@@ -511,7 +511,8 @@ public final class UploadJournal: Sendable {
     }
 
     /// For tests: every write of the close log and every transaction fails (a failing disk).
-    let failWrites = Mutex(false)
+    /// An atomic load on every transaction, not a lock.
+    let failWrites = Atomic<Bool>(false)
 
     /// How many times the close log started a new generation (the one at open included); nil without one (for tests).
     var closeLogGenerations: Int? { closeLog?.generations }
