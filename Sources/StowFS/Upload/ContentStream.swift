@@ -150,6 +150,7 @@ final class ContentStream: Sendable {
                 prepared = true
                 try await final.prepare(complete)
                 let record = try await store.completeUpload(complete)
+                try UploadQueue.check(record, holds: final.size, of: location)
                 logger.debug("streamed \(location) (\(final.size) bytes)")
                 return record
             }

@@ -853,6 +853,12 @@ public actor UploadQueue {
             starting.remove(item.id)
             switch result {
             case .success(let stored):
+                do {
+                    try Self.check(stored, holds: item.record.size, of: item.record.location)
+                } catch {
+                    if !(cancelling.contains(item.id) || stopped || suspended) { failed(item.id, error) }
+                    continue
+                }
                 progress.set(item.id, item.record.size)
                 if let final = await applyPatches(item.id, stored, ns: ns, fallback: item.record.location) { done.append((item.id, final)) }
             case .failure(let error):
@@ -945,6 +951,7 @@ public actor UploadQueue {
                         throw error
                     }
                     starting.remove(id)
+                    try Self.check(stored, holds: r.size, of: r.location)
                     progress.set(id, r.size)
                     return await settle(id, stored, ns: ns, fallback: r.location)
                 }
@@ -976,11 +983,22 @@ public actor UploadQueue {
                 options: UploadOptions(chunkSize: chunkSize, retry: RetryPolicy(attempts: 3, baseDelay: .milliseconds(300))),
                 progress: { sent, _ in board.set(id, sent) },
                 willComplete: { await self.markCompleting(id) })
+            try Self.check(stored, holds: r.size, of: r.location)
             return await settle(id, stored, ns: ns, fallback: r.location)
         } catch {
             if cancelling.contains(id) || stopped || suspended { return nil }
             failed(id, error)
             return nil
+        }
+    }
+
+    /// A completion must describe the bytes sent. A server that answers another size (a bug, a
+    /// proxy that cut the body, a hostile server) has not stored this file as written: believing
+    /// it would drop the local copy and leave the file cut short or padded. The upload stays owed
+    /// and is tried again, its copy kept, its error in `stowfs status`.
+    static func check(_ stored: FileRecord, holds size: Int64, of location: Location) throws {
+        guard stored.size == size else {
+            throw StorageError(.protocolViolation, "the server stored \(location) as \(stored.size) bytes, not the \(size) sent")
         }
     }
 
