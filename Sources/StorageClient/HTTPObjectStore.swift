@@ -251,7 +251,8 @@ public final class HTTPObjectStore: ObjectStore {
             (folders, items, info) = (page.folders.map(PosixRecord.init(seed:)), page.items.map(PosixRecord.init(seed:)), page.page)
         }
         var listed = PosixPage(entries: try Self.merged(folders, items), next: info.hasNext ? info.nextId : nil)
-        listed.splits = info.hasNext ? (info.splits ?? []).map { (FileName($0.name), $0.nextId) } : []
+        // No more splits than asked for: each is a request sent at once.
+        listed.splits = info.hasNext ? (info.splits ?? []).prefix(max(0, splits)).map { (FileName($0.name), $0.nextId) } : []
         return listed
     }
 
@@ -294,6 +295,8 @@ public final class HTTPObjectStore: ObjectStore {
         // Each round reads as many pages at once as the page before it names splits.
         let more = max(0, configuration.listPagesAtOnce)
         var page = try await posixPage(ns, folder: folder, after: nil, limit: size, splits: more)
+        var progress = ListingProgress(folder: folder.string)
+        try progress.take(names: page.entries.lazy.map(\.fileName), cursor: nil, next: page.next)
         var entries = page.entries
         while let next = page.next {
             if let cap, entries.count >= cap { return PosixListing(entries: entries, complete: false) }
@@ -312,7 +315,13 @@ public final class HTTPObjectStore: ObjectStore {
                 for try await (i, p) in group { pages[i] = p }
                 return (pages.dropLast().map { $0!.entries }, pages.last!!)
             }
-            for range in ranges { entries += range }
+            // In order, as they are put together: names never go back, and an end comes. (Each
+            // range followed its own pages to a name it was given: it may be empty, and ends.)
+            for range in ranges {
+                try progress.take(names: range.lazy.map(\.fileName), cursor: nil, next: nil)
+                entries += range
+            }
+            try progress.take(names: tail.entries.lazy.map(\.fileName), cursor: starts.last, next: tail.next)
             entries += tail.entries
             page = tail
         }
@@ -323,8 +332,10 @@ public final class HTTPObjectStore: ObjectStore {
     func listRange(_ ns: Namespace, folder: StoragePath, after: String, through end: FileName, limit: Int) async throws -> PosixPage {
         var out: [PosixRecord] = []
         var cursor = after
+        var progress = ListingProgress(folder: folder.string)
         while true {
             let page = try await posixPage(ns, folder: folder, after: cursor, limit: limit, splits: 0)
+            try progress.take(names: page.entries.lazy.map(\.fileName), cursor: cursor, next: page.next)
             var reached = false
             for entry in page.entries {
                 // By bytes, as the server orders names.

@@ -288,8 +288,10 @@ extension ObjectStore {
     func pageByPage(_ ns: Namespace, folder: StoragePath, pageSize: Int, cap: Int?) async throws -> FolderListing {
         var entries: [FileRecord] = []
         var after: String?
+        var progress = ListingProgress(folder: folder.string)
         repeat {
             let page = try await list(ns, folder: folder, after: after, limit: pageSize)
+            try progress.take(names: page.entries.lazy.map(\.fileName), cursor: after, next: page.next)
             entries += page.entries
             after = page.next
         } while after != nil && (cap == nil || entries.count < cap!)

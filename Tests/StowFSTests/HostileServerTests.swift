@@ -100,6 +100,30 @@ struct HostileServerTests {
         }
     }
 
+    @Test("an upload whose completion names another size than the bytes sent (shorter, longer, empty): kept and tried again, never taken as stored")
+    func completionOfAnotherSize() async throws {
+        for size in ["3", "5", "0"] {
+            let store = RewritingStore()
+            store.set("size", to: size, inRecordsOf: "f")
+            try await withEngine(store: store) { h in
+                try await h.write("f", "kept")
+                var status = await h.fs.status().queue
+                for _ in 0..<200 where status.failedAttempts ?? 0 == 0 {
+                    try await Task.sleep(for: .milliseconds(50))
+                    status = await h.fs.status().queue
+                }
+                #expect(status.failedAttempts ?? 0 > 0, "size \(size)")
+                #expect(status.files == 1, "size \(size): the upload stays owed")
+                #expect(status.items.first?.lastError?.contains("not the 4 sent") == true, "\(status.items)")
+                #expect(try await h.text("f") == "kept", "size \(size): the local copy is what is read")
+                store.clear()
+                #expect(await h.fs.sync().isEmpty)
+                #expect(try await h.stored("f") == "kept")
+                #expect(try await h.text("f") == "kept")
+            }
+        }
+    }
+
     @Test("an --all mount: a namespace whose root inode is the mount's own root keeps the mount's root")
     func namespaceRootInodeCollision() async throws {
         let store = RewritingStore()
@@ -165,6 +189,64 @@ struct HostileServerTests {
                 }
             }
         }
+    }
+
+    /// A browse page of these entries that says `next` (or the end, when nil).
+    static func page(_ names: [String], next: String?) -> ScriptedServer.Answer {
+        let items = names.map { posix(name: $0) }.joined(separator: ",")
+        let more = next.map { #""has_next":true,"next_id":"\#($0)""# } ?? #""has_next":false,"next_id":null"#
+        return .json(#"{"items":[\#(items)],"folders":[],"page":{"type":"cursor","current":1,"size":1000,"item_total":1,\#(more)}}"#)
+    }
+
+    /// The `next_id` a browse request asks after (nil for the first page).
+    static func cursor(of r: ScriptedServer.Request) -> String? {
+        guard let range = r.target.range(of: "next_id=") else { return nil }
+        return String(r.target[range.upperBound...].prefix { $0 != "&" })
+    }
+
+    @Test("a listing whose pages say 'more' without moving (the same cursor, empty pages, names that go back): refused, not followed without end")
+    func listingThatNeverEnds() async throws {
+        // Each server would end after 5,000 pages, so that a client following it comes back (and
+        // the test fails) instead of hanging.
+        let cases: [(String, @Sendable (String?, Int) -> ScriptedServer.Answer)] = [
+            ("the cursor asked for, given back", { cursor, n in Self.page(["a"], next: n < 5000 ? (cursor ?? "c") : nil) }),
+            ("empty pages", { _, n in Self.page([], next: n < 5000 ? "c\(n)" : nil) }),
+            ("names that go back", { _, n in Self.page([n % 2 == 0 ? "b" : "a"], next: n < 5000 ? "c\(n)" : nil) }),
+        ]
+        for (what, answer) in cases {
+            let pages = Counter()
+            let server = try ScriptedServer { r in
+                guard r.target.contains("/browse") else { return .notFound }
+                let n = pages.value.add(1, ordering: .relaxed).newValue
+                return answer(Self.cursor(of: r), n)
+            }
+            defer { server.stop() }
+            try await server.withStore { store in
+                await Self.expectViolation("\(what), pages at once") { _ = try await store.listFolderPosix(ns, folder: .root, cap: nil) }
+                #expect(pages.value.load(ordering: .relaxed) < 100, "\(what): \(pages.value.load(ordering: .relaxed)) pages asked for")
+                pages.value.store(0, ordering: .relaxed)
+                await Self.expectViolation("\(what), page by page") { _ = try await store.listAll(ns, folder: .root) }
+                #expect(pages.value.load(ordering: .relaxed) < 100, "\(what): \(pages.value.load(ordering: .relaxed)) pages asked for")
+            }
+        }
+    }
+
+    @Test("a listing of more entries than any folder holds: refused at the limit, each page's names in order")
+    func listingWithoutEnd() throws {
+        var progress = ListingProgress(folder: "f", mostEntries: 2500)
+        try progress.take(names: (0..<1000).map { String(format: "n%07d", $0) }, cursor: nil, next: "1")
+        try progress.take(names: (1000..<2000).map { String(format: "n%07d", $0) }, cursor: "1", next: "2")
+        #expect(throws: StorageError.self) {
+            try progress.take(names: (2000..<3000).map { String(format: "n%07d", $0) }, cursor: "2", next: "3")
+        }
+        // Names compared as bytes: "é" (0xC3 0xA9) comes after "z".
+        var bytes = ListingProgress(folder: "f")
+        try bytes.take(names: ["a", "z", "é"], cursor: nil, next: "x")
+        #expect(throws: StorageError.self) { try bytes.take(names: ["f"], cursor: "x", next: nil) }
+        // A folder and a file of one name (a seed listing) are not out of order; the last page may be empty.
+        var same = ListingProgress(folder: "f")
+        try same.take(names: ["a", "a"], cursor: nil, next: "x")
+        try same.take(names: [], cursor: "x", next: nil)
     }
 
     @Test("a lock answer whose conflict ends before it starts: a protocol violation, not F_GETLK's length of a negative range")
