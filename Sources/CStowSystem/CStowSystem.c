@@ -15,6 +15,12 @@ int CStowSystem_file_identity(const char *path, int fd, long long *size, unsigne
     return 0;
 }
 
+int CStowSystem_is_regular_file(int fd, long long size) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) return 0;
+    return S_ISREG(st.st_mode) && (long long)st.st_size == size;
+}
+
 int CStowSystem_punch_hole(int fd, off_t offset, off_t length) {
     return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length);
 }

@@ -16,6 +16,8 @@ public struct MountOptions: Sendable {
     public var createNamespace = false
     /// Refuse to mount when the server cannot be reached (instead of mounting from the cache).
     public var requireServer = false
+    /// Read files from a local stowd's own blob files when it offers them (`--no-local-reads`: never).
+    public var localReads = true
     public var uid: UInt32?
     public var gid: UInt32?
     public var umask: UInt32 = 0o022

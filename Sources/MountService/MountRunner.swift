@@ -106,6 +106,7 @@ public enum MountRunner {
             config.defaultGID = options.gid ?? getgid()
             config.umask = options.umask
             config.readOnly = options.readOnly || options.fuseOptions.contains("ro")
+            config.localReads = options.localReads
             config.origin = origin
             config.bandwidth = bandwidth
             config.startOffline = offline

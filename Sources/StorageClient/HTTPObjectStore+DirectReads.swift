@@ -104,3 +104,49 @@ extension HTTPObjectStore {
         }
     }
 }
+
+/// Reads beside the server: a stowd on this machine whose blobs are files in a local folder
+/// answers a client that asks (`Stow-Local-Read: 1`) with the path of the version's blob file
+/// (307 to `file://…`), which the client reads itself: no copy through HTTP, none into a cache.
+extension HTTPObjectStore {
+    /// The blob file of version `etag` of the file a signed URL names, if the server offers it;
+    /// nil when it does not (then the bytes come as always). A version that is no longer the
+    /// file's throws `.preconditionFailed`.
+    public func localBlobPath(url: String, etag: String) async throws -> String? {
+        // Only a server reached on loopback is on this machine; another's paths mean nothing here
+        // (and it is not asked: one round trip saved per file).
+        guard Self.isLoopback(endpoint: configuration.endpoint) else { return nil }
+        let headers = Self.readHeaders(0..<1, ifMatch: etag) + [("Stow-Local-Read", "1")]
+        let response = try await send(makeRequest(.GET, url, headers: headers, authorized: false), timeout: .seconds(60))
+        let status = Int(response.status.code)
+        let body = (try? await response.body.collect(upTo: 1 << 20)) ?? ByteBuffer()
+        if status == 200 || status == 206 { return nil }
+        guard Self.redirectStatuses.contains(response.status.code) else { throw failure(Answer(status: status, headers: response.headers, body: body)) }
+        guard let location = response.headers.first(name: "Location"), location.hasPrefix("file:///") else { return nil }
+        let path = String(location.dropFirst("file://".count))
+        guard Self.isBlobFilePath(path) else {
+            throw StorageError(.protocolViolation, "the server gave a local path that is not one of its blob files: \(location)")
+        }
+        return path
+    }
+
+    /// Whether an endpoint's host is a loopback address (`127.0.0.0/8`, `::1`, `localhost`).
+    static func isLoopback(endpoint: String) -> Bool {
+        guard let host = URLComponents(string: endpoint)?.host else { return false }
+        let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        return bare == "localhost" || bare == "::1" || (bare.hasPrefix("127.") && bare.split(separator: ".").count == 4)
+    }
+
+    /// A stowd blob file's path, and nothing else: absolute, plain (no NUL, no `.` or `..`, no
+    /// empty segment), ending in `blobs/<xy>/<id>` with a hex id that begins with `xy`. A server
+    /// that points elsewhere (`/etc/shadow`, another user's file) is refused: through a mount with
+    /// `allow_other`, anyone could read what the mount's user can.
+    static func isBlobFilePath(_ path: String) -> Bool {
+        guard path.hasPrefix("/"), !path.utf8.contains(0) else { return false }
+        let parts = path.dropFirst().split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count >= 4, !parts.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) else { return false }
+        let id = parts[parts.count - 1], shard = parts[parts.count - 2]
+        let hex = id.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) || $0 == 45 }
+        return parts[parts.count - 3] == "blobs" && id.count >= 16 && hex && shard == id.prefix(2)
+    }
+}

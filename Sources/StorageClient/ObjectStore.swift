@@ -70,6 +70,10 @@ public protocol ObjectStore: Sendable {
     /// PUTs `source[offset..<end]` to a presigned URL of the object store: a direct upload's whole
     /// file, or one of its parts. No retries here.
     func putDirect(url: String, headers: [String: String], from source: UploadSource, offset: Int64, end: Int64, progress: ProgressHandler?) async throws
+    /// The path of the blob file of version `etag` behind a signed URL, for a client on the
+    /// server's machine to read itself (`HTTPObjectStore.localBlobPath`); nil where the store
+    /// offers none (the default).
+    func localBlobPath(url: String, etag: String) async throws -> String?
 
     // MARK: Reads
     /// Signed URLs for reading these paths, valid `expiry` seconds.
@@ -273,6 +277,8 @@ extension ObjectStore {
     public func listFolder(_ ns: Namespace, folder: StoragePath, cap: Int?) async throws -> FolderListing {
         try await pageByPage(ns, folder: folder, pageSize: 1000, cap: cap)
     }
+
+    public func localBlobPath(url: String, etag: String) async throws -> String? { nil }
 
     public func listFolderPosix(_ ns: Namespace, folder: StoragePath, cap: Int?) async throws -> PosixListing {
         let listing = try await listFolder(ns, folder: folder, cap: cap)

@@ -38,6 +38,15 @@ public struct ServerConfiguration: Sendable {
     /// How long the presigned GET a download is redirected to stays valid, in seconds: well within
     /// `blobGrace`, so a blob superseded just after the redirect is still there for its lifetime.
     public var directReadLifetime: Int { Int(max(1, min(300, blobGrace / 2))) }
+    /// Whether a download may be answered with the path of the version's blob file, for a client
+    /// on this machine that asks (`Stow-Local-Read: 1`) and may read the file itself: only while
+    /// the server listens on a loopback address (every client that reaches it is on this machine),
+    /// and not with `proxyDownloads`.
+    public var localReads: Bool { !proxyDownloads && Self.isLoopback(host) }
+
+    static func isLoopback(_ host: String) -> Bool {
+        host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")
+    }
     /// How long the change feed keeps a change, in seconds: a reader further behind is reset.
     public var changeRetention: Int64 = 3600
     /// How often a reader of the change feed waiting for changes looks for ones another server

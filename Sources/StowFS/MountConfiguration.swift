@@ -28,6 +28,9 @@ public struct MountConfiguration: Sendable {
     /// read a 1 GiB file from S3 on the cluster in 2.78 s (median of 3) against 3.25 s for 32 and 8
     /// (an interleaved probe by hand; the S3 ceiling was 2.5–2.8 s).
     public var maxReadAheadBlocks: Int = 128
+    /// Read files above `StowFileSystem.localReadMinimum` from the server's own blob files when
+    /// the server is on this machine and offers their paths (`LocalBlobs`); else through HTTP.
+    public var localReads: Bool = true
     /// Blocks fetched in one ranged GET at most.
     public var maxBlocksPerRequest: Int = 16
     /// Files above this go to the server in resumable chunks of this size.

@@ -78,6 +78,9 @@ struct Mount: AsyncParsableCommand {
     @Flag(help: "Refuse to mount when the server cannot be reached (default: mount from what the last clean unmount kept in the cache, and queue writes until the server is back).")
     var requireServer = false
 
+    @Flag(help: "Read every file through HTTP, also from a stowd on this machine that offers its blob files (default: files above 1 MiB are read from the server's own file, in place).")
+    var noLocalReads = false
+
     @Flag(help: .hidden)
     var daemonChild = false
 
@@ -107,6 +110,7 @@ struct Mount: AsyncParsableCommand {
         opts.fuseOptions = options.flatMap { $0.split(separator: ",").map(String.init) }
         opts.createNamespace = create
         opts.requireServer = requireServer
+        opts.localReads = !noLocalReads
 
         if !foreground {
             Glibc.exit(Daemon.spawn(mountpoint: target, logFile: MountRunner.logFile(mountpoint: target)))

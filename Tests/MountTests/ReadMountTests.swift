@@ -33,7 +33,8 @@ struct ReadMountTests {
                 try m.unmountFS()
                 // Cold: the block cache a clean unmount keeps (S8a) is dropped.
                 try FileManager.default.removeItem(atPath: m.cacheDirectory + "/blocks")
-                try m.mountFS()
+                // Through HTTP and the block cache (not the server's own file, `localReadsInPlace`).
+                try m.mountFS(extra: ["--no-local-reads"])
                 try m.sh("sync; echo 3 > /proc/sys/vm/drop_caches")
                 let before = try bytesSent(m)
                 let sums = try m.sh((0..<readers).map { _ in "(sha256sum < \(m.mountpoint)/data.bin | cut -d' ' -f1) &" }.joined(separator: " ") + " wait")
@@ -42,6 +43,55 @@ struct ReadMountTests {
                 #expect(try bytesSent(m) - before == 48_000_000, "\(readers) reader(s)")
             }
         }
+    }
+
+    @Test("a file of a stowd on this machine is read from the server's own blob file: no byte through HTTP, none into the cache; a new version is read as it comes; the next mount reads it without asking, also with the server away")
+    func localReadsInPlace() async throws {
+        try await withMount { m in
+            let mp = m.mountpoint
+            let first = try await storeDirectly(m, bytes: 8_000_000, at: "big/data.bin")
+            try m.unmountFS()
+            try FileManager.default.removeItem(atPath: m.cacheDirectory + "/blocks")
+            try m.mountFS()
+            try m.sh("sync; echo 3 > /proc/sys/vm/drop_caches")
+            let sent = try bytesSent(m), inPlace = try localReads(m)
+            #expect(try m.sh("sha256sum < \(mp)/big/data.bin | cut -d' ' -f1") == first)
+            #expect(try bytesSent(m) == sent, "no byte of the file came through HTTP")
+            #expect(try localReads(m) == inPlace + 1, "the server gave the blob file's path once")
+            let cached = Int(try m.sh("du -sb \(m.cacheDirectory)/blocks | cut -f1")) ?? -1
+            #expect(cached >= 0 && cached < 1_000_000, "the block cache holds \(cached) bytes")
+            for offset in [0, 1, 4095, 1_048_575, 1_048_576, 7_999_990] {
+                let a = try m.sh("dd if=data.bin bs=1 skip=\(offset) count=10 status=none | od -An -tx1")
+                let b = try m.sh("dd if=\(mp)/big/data.bin bs=1 skip=\(offset) count=10 status=none | od -An -tx1")
+                #expect(a == b, "offset \(offset)")
+            }
+            // Another version, stored by someone else: read once the mount hears of it.
+            let second = try await storeDirectly(m, bytes: 6_000_000, at: "big/data.bin")
+            var seen = ""
+            for _ in 0..<100 {
+                seen = try m.sh("sha256sum < \(mp)/big/data.bin | cut -d' ' -f1")
+                if seen == second { break }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            #expect(seen == second, "the new version is read")
+            // The next mount opens the file it read without asking, also while the server is away.
+            try m.unmountFS()
+            #expect(FileManager.default.fileExists(atPath: m.cacheDirectory + "/local-blobs.json"))
+            let port = m.port
+            m.stopServer()
+            try m.mountFS()
+            try m.sh("sync; echo 3 > /proc/sys/vm/drop_caches")
+            #expect(try m.sh("sha256sum < \(mp)/big/data.bin | cut -d' ' -f1") == second, "read with the server away")
+            m.port = port
+            try m.startServer()
+            try m.unmountFS()
+        }
+    }
+
+    /// How many downloads stowd answered with a blob file's path (its Prometheus counter).
+    func localReads(_ m: MountedFS) throws -> Int {
+        let line = try m.sh("curl -sf \(m.endpoint)/metrics | grep '^stowd_local_reads_total' || echo 'x 0'")
+        return Int(Double(line.split(separator: " ").last ?? "") ?? -1)
     }
 
     /// Puts `bytes` random bytes on the server at `path` directly, not through the mount (a copy

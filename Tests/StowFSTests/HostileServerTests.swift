@@ -249,6 +249,24 @@ struct HostileServerTests {
         try same.take(names: [], cursor: "x", next: nil)
     }
 
+    @Test("a server that answers a local read with a path that is not one of its blob files (/etc/shadow, .., a symlink's target): refused")
+    func localPathElsewhere() async throws {
+        let location = Mutex("file:///etc/shadow")
+        let server = try ScriptedServer { _ in
+            ScriptedServer.Answer(status: 307, headers: [("Location", location.withLock { $0 }), ("ETag", "\"e\"")])
+        }
+        defer { server.stop() }
+        try await server.withStore { store in
+            for bad in ["file:///etc/shadow", "file:///srv/blobs/ab/../../../etc/shadow", "file:///srv/blobs/cd/ab0123456789abcdef"] {
+                location.withLock { $0 = bad }
+                await Self.expectViolation(bad) { _ = try await store.localBlobPath(url: server.url + "/cdn/test/f", etag: "e") }
+            }
+            location.withLock { $0 = "file:///srv/stowd/blobs/ab/ab0123456789abcdef" }
+            let got = try await store.localBlobPath(url: server.url + "/cdn/test/f", etag: "e")
+            #expect(got == "/srv/stowd/blobs/ab/ab0123456789abcdef")
+        }
+    }
+
     @Test("a lock answer whose conflict ends before it starts: a protocol violation, not F_GETLK's length of a negative range")
     func lockConflictBackwards() async throws {
         let server = try ScriptedServer { r in

@@ -26,6 +26,8 @@ long long CStowSystem_data_end(int fd);
 /// The size and inode number of the file at `path` (stat) or open as `fd` (fstat, when `path` is
 /// NULL). 0, or -1 with errno.
 int CStowSystem_file_identity(const char *path, int fd, long long *size, unsigned long long *inode);
+/// 1 when `fd` is a regular file of exactly `size` bytes, else 0.
+int CStowSystem_is_regular_file(int fd, long long size);
 
 /// copy_file_range from `in_offset` of `fd_in` to `out_offset` of `fd_out`, leaving both
 /// descriptors' file offsets alone.

@@ -67,6 +67,13 @@ extension StowService {
         headers[.contentLength] = String(length)
         if request.method == .head { return Response(status: status, headers: headers) }
         let source = try await locateBlob(blob, size: size)
+        if case .stored(let id) = source, size > 0, request.headers[Self.localReadHeader] == "1", config.localReads, let path = blobs.localPath(id) {
+            // A client on this machine reads the version's blob file itself (`localReads`): the
+            // checks above and the grant are the server's, the bytes the disk's. The file is
+            // immutable, and kept `blobGrace` after the version is superseded.
+            metrics.localReads.increment()
+            return Response(status: .temporaryRedirect, headers: [.location: "file://" + path, .eTag: etag, .contentLength: "0", .cacheControl: "private, no-store"])
+        }
         if case .stored(let id) = source, size > 0, !config.proxyDownloads, Self.mayRedirect(request, range: status == .partialContent),
             let direct = blobs.directRead(id, contentType: headers[.contentType] ?? ContentTypes.fallback, expiresIn: config.directReadLifetime)
         {
@@ -93,6 +100,10 @@ extension StowService {
     /// The header with which a client says it follows a redirect to the object store without
     /// sending on `If-Match` (which the store would compare with an ETag of its own).
     static let directReadHeader = HTTPField.Name("Stow-Direct-Read")!
+
+    /// The header with which a client on this machine asks for the path of the blob file instead
+    /// of its bytes (`ServerConfiguration.localReads`).
+    static let localReadHeader = HTTPField.Name("Stow-Local-Read")!
 
     /// Whether a download may be answered with a redirect to the object store: not when it carries
     /// a condition (`If-Match`, `If-None-Match`, `If-Range`, `If-Modified-Since`,

@@ -66,6 +66,9 @@ public protocol BlobStore: Sendable {
     /// `expiresIn` seconds; `Range` honoured; answered with `contentType`); nil when the store
     /// serves bytes only through the server.
     func directRead(_ id: String, contentType: String, expiresIn: Int) -> String?
+    /// The absolute path of a published blob's file on this machine, for a client beside the
+    /// server to read itself; nil when blobs are not local files.
+    func localPath(_ id: String) -> String?
 }
 
 extension BlobStore {
@@ -84,6 +87,7 @@ extension BlobStore {
     public func directUpload(_ id: String, size: Int64?, sha256: String?, expiresIn: Int) async throws -> DirectUpload? { nil }
     public func directParts(_ id: String, size: Int64?, numbers: [Int], expiresIn: Int) async throws -> UploadPartsResponse? { nil }
     public func directRead(_ id: String, contentType: String, expiresIn: Int) -> String? { nil }
+    public func localPath(_ id: String) -> String? { nil }
 }
 
 /// Writes one upload's staging file, sequentially, buffering about a MiB at a time.

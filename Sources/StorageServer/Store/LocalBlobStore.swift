@@ -16,10 +16,19 @@ public final class LocalBlobStore: BlobStore {
     private static let chunk = ByteCount.mebibytes(1)
 
     public init(root: String) throws {
-        self.root = root
         for dir in [root, root + "/blobs", root + "/uploads"] {
             try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         }
+        // Absolute, so that `localPath` means the same to a client in another folder.
+        self.root = root.hasPrefix("/") ? root : FileManager.default.currentDirectoryPath + "/" + root
+    }
+
+    /// A published blob's file: written once (renamed into place whole), never changed after, and
+    /// removed only `blobGrace` after no record names it.
+    public func localPath(_ id: String) -> String? {
+        // Ids are the server's own hex strings; anything else never names a path.
+        guard !id.isEmpty, id.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) || $0 == 45 }) else { return nil }
+        return blobPath(id).string
     }
 
     func stagedPath(_ id: String) -> FilePath { FilePath(stagingDir + "/" + id) }

@@ -6,6 +6,7 @@ final class ServerMetrics: Sendable {
     let bytesReceived: Counter
     let bytesSent: Counter
     let directReads: Counter
+    let localReads: Counter
     let uploadsStarted: Counter
     let uploadsCompleted: Counter
     let gcDeletedBlobs: Counter
@@ -19,6 +20,7 @@ final class ServerMetrics: Sendable {
         bytesReceived = registry.makeCounter(descriptor: Self.name("bytes_received", "total", "Bytes of file content received."))
         bytesSent = registry.makeCounter(descriptor: Self.name("bytes_sent", "total", "Bytes of file content sent."))
         directReads = registry.makeCounter(descriptor: Self.name("direct_reads", "total", "Downloads redirected to a presigned GET of the object store."))
+        localReads = registry.makeCounter(descriptor: Self.name("local_reads", "total", "Downloads answered with the blob file's path, for a client on this machine."))
         uploadsStarted = registry.makeCounter(descriptor: Self.name("uploads_started", "total", "Uploads started."))
         uploadsCompleted = registry.makeCounter(descriptor: Self.name("uploads_completed", "total", "Uploads completed (files published)."))
         gcDeletedBlobs = registry.makeCounter(descriptor: Self.name("gc_deleted_blobs", "total", "Blobs deleted by the garbage collector."))

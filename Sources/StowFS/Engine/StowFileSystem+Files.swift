@@ -471,6 +471,9 @@ extension StowFileSystem {
         guard let etag = plan.etag else { return nil }
         let end = min(plan.fileSize, offset + Int64(size))
         if end <= offset { return [] }
+        if plan.fileSize > Self.localReadMinimum, readsInPlace, let blob = localBlobs.file(etag: etag) {
+            return [FileSegment(file: blob, offset: offset, length: Int(end - offset))]
+        }
         guard let segment = blocks.segment(etag: etag, range: offset..<end) else { return nil }
         if plan.prefetch > 0 { prefetch(ino, etag: etag, after: end, fileSize: plan.fileSize, blocks: plan.prefetch) }
         return [segment]
@@ -490,6 +493,9 @@ extension StowFileSystem {
             let end = min(fileSize, offset + Int64(size))
             if end <= offset { return [] }
             do throws(FSError) {
+                if let blob = try await localBlob(location, etag: etag, fileSize: fileSize) {
+                    return [FileSegment(file: blob, offset: offset, length: Int(end - offset))]
+                }
                 try await ensureBlocks(location, etag: etag, range: offset..<end, fileSize: fileSize)
                 if window > 0 { prefetch(ino, etag: etag, after: end, fileSize: fileSize, blocks: window) }
                 if let segment = blocks.segment(etag: etag, range: offset..<end) { return [segment] }
@@ -502,6 +508,43 @@ extension StowFileSystem {
                 state.withLock { s in s.handles[handle]?.etag = s.inodes[ino]?.remote?.etag }
             }
         }
+    }
+
+    /// Files read from the server's blob file when it offers one: above the largest a server keeps
+    /// inside its database (`inlineCeiling`), which has no file. Smaller ones come through the
+    /// block cache, where a file written here already is.
+    static let localReadMinimum: Int64 = 1 << 20
+
+    /// Version `etag`'s blob file, read in place (`LocalBlobs`), when the server is on this machine
+    /// and gives its path; nil otherwise (the bytes then come through HTTP, as always). A version
+    /// that is no longer the file's is a `changed:` error, as for a fetch.
+    func localBlob(_ location: Location, etag: String, fileSize: Int64) async throws(FSError) -> CacheFile? {
+        guard readsInPlace, fileSize > Self.localReadMinimum else { return nil }
+        if let open = localBlobs.file(etag: etag) { return open }
+        if let kept = localBlobs.openKept(etag: etag, size: fileSize) { return kept }
+        guard localBlobs.mayAsk(etag: etag) else { return nil }
+        let url = try await signedURL(location)
+        let path: String?
+        do {
+            path = try await store.localBlobPath(url: url, etag: etag)
+        } catch let e as StorageError where e.kind == .preconditionFailed {
+            throw FSError.io(Self.newVersion + "\(location) has a new version")
+        } catch {
+            // Anything else (an expired link, a server away): the usual way, which says why.
+            return nil
+        }
+        guard let path else {
+            localBlobs.notOffered()
+            return nil
+        }
+        return localBlobs.open(etag: etag, path: path, size: fileSize)
+    }
+
+    /// Whether reads may come from the server's blob files now: asked for, and no limit on the
+    /// bandwidth down (`--bwlimit`, also when set while mounted), which bytes read in place
+    /// would not be held to.
+    var readsInPlace: Bool {
+        configuration.localReads && (configuration.bandwidth?.down.bytesPerSecond ?? 0) <= 0
     }
 
     func refreshAfterChange(_ ino: InodeNumber) async throws(FSError) {

@@ -86,6 +86,7 @@ extension StowFileSystem {
     public func claimKept() {
         Glibc.unlink(Self.snapshotPath(configuration.cacheDirectory))
         blocks.claimIndex()
+        localBlobs.claimKept(cacheDirectory: configuration.cacheDirectory)
     }
 
     public static func snapshotPath(_ cacheDirectory: String) -> String { cacheDirectory + "/tree.json" }

@@ -155,6 +155,11 @@ extension StowFileSystem {
         } catch {
             logger.warning("the listings are not kept for the next mount: \(error)")
         }
+        do {
+            try localBlobs.keep(cacheDirectory: configuration.cacheDirectory)
+        } catch {
+            logger.warning("the server's blob files read in place are not kept for the next mount: \(error)")
+        }
     }
 
     public func statfs() -> FileSystemStatistics { FileSystemStatistics() }

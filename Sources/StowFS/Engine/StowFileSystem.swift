@@ -46,6 +46,7 @@ public final class StowFileSystem: Sendable {
     /// unlink runs on the FUSE thread under the state lock.
     let cacheDrops = Mutex<(etags: [String], scheduled: Bool)>(([], false))
     let urls = SignedURLCache()
+    let localBlobs = LocalBlobs()
     let fetching = InflightBlocks()
     let inodeLocks = InodeLocks()
     let flushLocks = FlushLocks()
