@@ -124,6 +124,28 @@ struct HostileServerTests {
         }
     }
 
+    @Test("stowfs find against a search whose pages do not move (the cursor asked for, empty pages): refused, not followed without end")
+    func searchThatNeverEnds() async throws {
+        let cases: [(String, @Sendable (String?, Int) -> SearchResponse)] = [
+            ("the cursor asked for", { cursor, n in SearchResponse(items: [], nextCursor: n < 5000 ? (cursor ?? "c") : nil) }),
+            ("empty pages", { _, n in SearchResponse(items: [], nextCursor: n < 5000 ? "c\(n)" : nil) }),
+        ]
+        for (what, answer) in cases {
+            let store = RewritingStore()
+            let pages = Counter()
+            store.searchPages.withLock { $0 = { cursor in answer(cursor, pages.value.add(1, ordering: .relaxed).newValue) } }
+            try await withEngine(store: store) { h in
+                do {
+                    try await h.fs.find(under: "", filter: SearchFilter(), statuses: [], emit: { _ in })
+                    Issue.record("\(what): followed to the end")
+                } catch let e as StorageError {
+                    #expect(e.kind == .protocolViolation, "\(what): \(e)")
+                }
+                #expect(pages.value.load(ordering: .relaxed) < 100, "\(what): \(pages.value.load(ordering: .relaxed)) pages asked for")
+            }
+        }
+    }
+
     @Test("an --all mount: a namespace whose root inode is the mount's own root keeps the mount's root")
     func namespaceRootInodeCollision() async throws {
         let store = RewritingStore()
@@ -386,6 +408,14 @@ final class RewritingStore: ObjectStore {
 
     /// Records are as the store has them again.
     func clear() { rules.withLock { $0 = [] } }
+
+    /// Search pages, as a test makes them (given the cursor asked for); the store cannot search without.
+    let searchPages = Mutex<(@Sendable (String?) -> SearchResponse)?>(nil)
+
+    func search(_ ns: Namespace, _ filter: SearchFilter, cursor: String?, limit: Int) async throws -> SearchResponse {
+        guard let page = searchPages.withLock({ $0 }) else { throw StorageError(.notFound, "this store cannot search") }
+        return page(cursor)
+    }
 
     /// A record or namespace, through JSON and the rules.
     private func wire<T: Codable>(_ value: T) throws -> T {

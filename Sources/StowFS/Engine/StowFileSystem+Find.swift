@@ -59,8 +59,16 @@ extension StowFileSystem {
             searchFilter.path = base.path.isRoot ? nil : base.path
             if any || statuses.contains(.stored) {
                 var cursor: String?
+                var emptyInARow = 0
                 repeat {
                     let page = try await store.search(ns, searchFilter, cursor: cursor, limit: SearchFilter.maxLimit)
+                    // A server whose pages do not move would be followed without end (as a listing's, `ListingProgress`).
+                    if let next = page.nextCursor {
+                        emptyInARow = page.items.isEmpty ? emptyInARow + 1 : 0
+                        if next == cursor || emptyInARow >= ListingProgress.mostEmptyPages {
+                            throw StorageError(.protocolViolation, "the server's search pages do not move (cursor \(next)); not followed further")
+                        }
+                    }
                     var batch: [String] = []
                     for item in page.items {
                         guard let path = try? StoragePath(item.filePath) else { continue }
