@@ -3,7 +3,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 #include <malloc.h>
+#include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <linux/openat2.h>
 #include "CStowSystem.h"
 
 int CStowSystem_file_identity(const char *path, int fd, long long *size, unsigned long long *inode) {
@@ -15,10 +19,43 @@ int CStowSystem_file_identity(const char *path, int fd, long long *size, unsigne
     return 0;
 }
 
-int CStowSystem_is_regular_file(int fd, long long size) {
+int CStowSystem_open_blob(const char *path) {
+    struct open_how how;
+    memset(&how, 0, sizeof how);
+    // Non-blocking (a FIFO must not hang the caller), no controlling terminal, and no symbolic
+    // link anywhere on the way (nor /proc's magic links): the path names the file itself.
+    how.flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW;
+    how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    return (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
+}
+
+int CStowSystem_is_own_local_file(int fd, long long size) {
     struct stat st;
     if (fstat(fd, &st) != 0) return 0;
-    return S_ISREG(st.st_mode) && (long long)st.st_size == size;
+    if (!S_ISREG(st.st_mode) || (long long)st.st_size != size || st.st_uid != geteuid()) return 0;
+    struct statfs fs;
+    if (fstatfs(fd, &fs) != 0) return 0;
+    // On a local disk only: a read that waits on FUSE (this mount, even) or a network would hold
+    // the FUSE thread that answers from it.
+    switch ((unsigned long)fs.f_type) {
+    case 0x65735546UL: /* FUSE */
+    case 0x6969UL:     /* NFS */
+    case 0xFF534D42UL: /* CIFS */
+    case 0xFE534D42UL: /* SMB2 */
+    case 0x517BUL:     /* SMB */
+    case 0x01021997UL: /* 9P / v9fs */
+    case 0x73757245UL: /* CODA */
+    case 0x564C: /* NCP */
+        return 0;
+    default:
+        return 1;
+    }
+}
+
+int CStowSystem_link_count(int fd) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) return -1;
+    return (int)st.st_nlink;
 }
 
 int CStowSystem_punch_hole(int fd, off_t offset, off_t length) {

@@ -223,6 +223,7 @@ public final class FaultInjectingObjectStore: ObjectStore {
         if takeDrop(.send) { throw StorageError(.unavailable, "injected: connection dropped during a direct PUT") }
         try await base.putDirect(url: url, headers: headers, from: source, offset: offset, end: end, progress: progress)
     }
+    public func localBlobPath(url: String, etag: String) async throws -> String? { try await base.localBlobPath(url: url, etag: etag) }
     public func completeUpload(_ session: StartUploadResponse) async throws -> FileRecord {
         try await enter(.completeUpload)
         return try answer(.completeUpload, try await base.completeUpload(session))

@@ -3,6 +3,9 @@ import Foundation
 import NIOCore
 import NIOHTTP1
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Reads whose bytes come straight from an object store.
 ///
@@ -130,18 +133,24 @@ extension HTTPObjectStore {
         return path
     }
 
-    /// Whether an endpoint's host is a loopback address (`127.0.0.0/8`, `::1`, `localhost`).
+    /// Whether an endpoint's host is a loopback address (`127.0.0.0/8`, `::1`, `localhost`): an
+    /// address read as one (`inet_pton`), not a name that begins like one (`127.evil.example`).
     static func isLoopback(endpoint: String) -> Bool {
         guard let host = URLComponents(string: endpoint)?.host else { return false }
         let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
-        return bare == "localhost" || bare == "::1" || (bare.hasPrefix("127.") && bare.split(separator: ".").count == 4)
+        if bare == "localhost" { return true }
+        var v4 = in_addr()
+        if inet_pton(AF_INET, bare, &v4) == 1 { return UInt32(bigEndian: v4.s_addr) >> 24 == 127 }
+        var v6 = in6_addr()
+        if inet_pton(AF_INET6, bare, &v6) == 1 { return withUnsafeBytes(of: v6) { $0.elementsEqual([UInt8](repeating: 0, count: 15) + [1]) } }
+        return false
     }
 
     /// A stowd blob file's path, and nothing else: absolute, plain (no NUL, no `.` or `..`, no
     /// empty segment), ending in `blobs/<xy>/<id>` with a hex id that begins with `xy`. A server
     /// that points elsewhere (`/etc/shadow`, another user's file) is refused: through a mount with
     /// `allow_other`, anyone could read what the mount's user can.
-    static func isBlobFilePath(_ path: String) -> Bool {
+    public static func isBlobFilePath(_ path: String) -> Bool {
         guard path.hasPrefix("/"), !path.utf8.contains(0) else { return false }
         let parts = path.dropFirst().split(separator: "/", omittingEmptySubsequences: false)
         guard parts.count >= 4, !parts.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) else { return false }

@@ -42,7 +42,10 @@ public struct ServerConfiguration: Sendable {
     /// on this machine that asks (`Stow-Local-Read: 1`) and may read the file itself: only while
     /// the server listens on a loopback address (every client that reaches it is on this machine),
     /// and not with `proxyDownloads`.
-    public var localReads: Bool { !proxyDownloads && Self.isLoopback(host) }
+    public var localReads: Bool { offersLocalPaths && !proxyDownloads && Self.isLoopback(host) }
+    /// `--no-local-reads`: never give a blob file's path (a loopback stowd behind a proxy that
+    /// other machines reach, say).
+    public var offersLocalPaths = true
 
     static func isLoopback(_ host: String) -> Bool {
         host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")

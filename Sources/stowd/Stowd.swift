@@ -92,6 +92,9 @@ struct Stowd: AsyncParsableCommand {
     @Flag(help: "With --object-store, send downloads' bytes through stowd instead of redirecting clients to a presigned GET of the store (for clients that cannot reach the store or do not follow redirects).")
     var proxyDownloads = false
 
+    @Flag(help: "Never answer a client on this machine with the path of a blob file to read itself (by default a stowd that listens on loopback only and keeps blobs in its data folder does, when asked).")
+    var noLocalReads = false
+
     static func defaultDataDirectory() -> String {
         let env = ProcessInfo.processInfo.environment
         let base = env["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? ((env["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()) + "/.local/share")
@@ -165,6 +168,7 @@ struct Stowd: AsyncParsableCommand {
         config.metricsAccess = ServerConfiguration.MetricsAccess(rawValue: metricsAccess) ?? .open
         config.objectStore = try s3Location()
         config.proxyDownloads = proxyDownloads
+        config.offersLocalPaths = !noLocalReads
         config.database = try databaseLocation()
         config.signingKeyFile = signingKeyFile
         let server = try StowServer(configuration: config, logger: logger)

@@ -33,8 +33,14 @@ struct LocalReadTests {
             #expect(plain.status == 200)
             #expect(Array(plain.body) == bytes)
             #expect(try await s.raw.send("GET", url, token: nil, headers: [Self.ask, ("If-Match", "\"other\"")], follow: false).status == 412)
-            // Without a grant: refused as before.
+            // Without a grant: refused as before; a public file read without one: its bytes, no path.
             #expect(try await s.raw.send("GET", "/cdn/test/big/l.bin", token: nil, headers: [Self.ask], follow: false).status == 403)
+            var patch = FilePatch()
+            patch.isPublic = true
+            _ = try await s.admin.update(testNamespace, path("big/l.bin"), patch, ifMatch: nil)
+            let anonymous = try await s.raw.send("GET", "/cdn/test/big/l.bin", token: nil, headers: [Self.ask], follow: false)
+            #expect(anonymous.status == 200)
+            #expect(anonymous.header("Location") == nil)
         }
     }
 

@@ -26,8 +26,14 @@ long long CStowSystem_data_end(int fd);
 /// The size and inode number of the file at `path` (stat) or open as `fd` (fstat, when `path` is
 /// NULL). 0, or -1 with errno.
 int CStowSystem_file_identity(const char *path, int fd, long long *size, unsigned long long *inode);
-/// 1 when `fd` is a regular file of exactly `size` bytes, else 0.
-int CStowSystem_is_regular_file(int fd, long long size);
+/// Opens a server's blob file for reading: non-blocking, no symbolic link on the way (`openat2`
+/// with RESOLVE_NO_SYMLINKS); -1 with errno on failure.
+int CStowSystem_open_blob(const char *path);
+/// 1 when `fd` is a regular file of exactly `size` bytes, owned by this process's user, on a local
+/// filesystem (not FUSE, NFS, SMB, 9P); else 0.
+int CStowSystem_is_own_local_file(int fd, long long size);
+/// The open file's link count (0 once removed), -1 on failure.
+int CStowSystem_link_count(int fd);
 
 /// copy_file_range from `in_offset` of `fd_in` to `out_offset` of `fd_out`, leaving both
 /// descriptors' file offsets alone.

@@ -67,7 +67,7 @@ extension StowService {
         headers[.contentLength] = String(length)
         if request.method == .head { return Response(status: status, headers: headers) }
         let source = try await locateBlob(blob, size: size)
-        if case .stored(let id) = source, size > 0, request.headers[Self.localReadHeader] == "1", config.localReads, let path = blobs.localPath(id) {
+        if case .stored(let id) = source, size > 0, authorized, request.headers[Self.localReadHeader] == "1", config.localReads, let path = blobs.localPath(id) {
             // A client on this machine reads the version's blob file itself (`localReads`): the
             // checks above and the grant are the server's, the bytes the disk's. The file is
             // immutable, and kept `blobGrace` after the version is superseded.

@@ -19,8 +19,9 @@ public final class LocalBlobStore: BlobStore {
         for dir in [root, root + "/blobs", root + "/uploads"] {
             try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         }
-        // Absolute, so that `localPath` means the same to a client in another folder.
-        self.root = root.hasPrefix("/") ? root : FileManager.default.currentDirectoryPath + "/" + root
+        // Absolute, plain and without symbolic links (`realpath`), so that `localPath` means the same
+        // to a client in another folder, and one that refuses links on the way can open it.
+        self.root = URL(fileURLWithPath: root).resolvingSymlinksInPath().standardizedFileURL.path
     }
 
     /// A published blob's file: written once (renamed into place whole), never changed after, and

@@ -38,22 +38,24 @@ public final class CacheFile: Sendable {
         Self.openCount.add(1, ordering: .relaxed)
     }
 
-    /// Opens an existing `path` for reading only (a file this process does not own: the server's
-    /// blob file, `LocalBlobs`).
-    public init(readingOnly path: String) throws(FSError) {
-        // Non-blocking: a path that names a FIFO must not hang the mount in `open`; and the file
-        // itself, not what a symbolic link in its place points to.
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW)
+    /// Opens a server's blob file for reading only (`LocalBlobs`): non-blocking, and through no
+    /// symbolic link on the way (`CStowSystem_open_blob`).
+    public init(blob path: String) throws(FSError) {
+        let fd = CStowSystem_open_blob(path)
         guard fd >= 0 else { throw FSError.io("cannot open \(path): \(String(cString: strerror(errno)))") }
         descriptor = fd
         self.path = path
         Self.openCount.add(1, ordering: .relaxed)
     }
 
-    /// Whether the open file is a regular file of `size` bytes.
-    public func isRegularFile(size: Int64) -> Bool {
-        CStowSystem_is_regular_file(descriptor, CLongLong(size)) == 1
+    /// Whether the open file is a regular file of `size` bytes, this process's user's, on a local
+    /// filesystem.
+    public func isOwnLocalFile(size: Int64) -> Bool {
+        CStowSystem_is_own_local_file(descriptor, CLongLong(size)) == 1
     }
+
+    /// Whether the open file was removed (no name left).
+    public var isRemoved: Bool { CStowSystem_link_count(descriptor) == 0 }
 
     deinit {
         close(descriptor)

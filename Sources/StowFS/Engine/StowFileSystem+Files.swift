@@ -471,7 +471,7 @@ extension StowFileSystem {
         guard let etag = plan.etag else { return nil }
         let end = min(plan.fileSize, offset + Int64(size))
         if end <= offset { return [] }
-        if plan.fileSize > Self.localReadMinimum, readsInPlace, let blob = localBlobs.file(etag: etag) {
+        if plan.fileSize > Self.localReadMinimum, readsInPlace, let blob = localBlobs.file(etag: etag, size: plan.fileSize) {
             return [FileSegment(file: blob, offset: offset, length: Int(end - offset))]
         }
         guard let segment = blocks.segment(etag: etag, range: offset..<end) else { return nil }
@@ -520,7 +520,7 @@ extension StowFileSystem {
     /// that is no longer the file's is a `changed:` error, as for a fetch.
     func localBlob(_ location: Location, etag: String, fileSize: Int64) async throws(FSError) -> CacheFile? {
         guard readsInPlace, fileSize > Self.localReadMinimum else { return nil }
-        if let open = localBlobs.file(etag: etag) { return open }
+        if let open = localBlobs.file(etag: etag, size: fileSize) { return open }
         if let kept = localBlobs.openKept(etag: etag, size: fileSize) { return kept }
         guard localBlobs.mayAsk(etag: etag) else { return nil }
         let url = try await signedURL(location)
@@ -529,8 +529,15 @@ extension StowFileSystem {
             path = try await store.localBlobPath(url: url, etag: etag)
         } catch let e as StorageError where e.kind == .preconditionFailed {
             throw FSError.io(Self.newVersion + "\(location) has a new version")
+        } catch let e as StorageError where e.kind == .protocolViolation {
+            // A path that is not one of its blob files: this server's paths are not used again.
+            logger.warning("reads in place turned off: \(e)")
+            localBlobs.notOffered()
+            return nil
         } catch {
-            // Anything else (an expired link, a server away): the usual way, which says why.
+            // Anything else (an expired link, a server away): the usual way, which says why; a few
+            // in a row and the mount stops asking.
+            localBlobs.failed()
             return nil
         }
         guard let path else {
