@@ -80,6 +80,27 @@ ssize_t CStowSystem_copy_file_range(int fd_in, off_t in_offset, int fd_out, off_
     return copy_file_range(fd_in, &in, fd_out, &out, length, 0);
 }
 
+int CStowSystem_copy_data(int fd_in, int fd_out, long long size) {
+    off_t at = 0;
+    while (at < size) {
+        // Only the data: a hole stays one (SEEK_DATA past the last data is ENXIO: the rest is a hole).
+        off_t data = lseek(fd_in, at, SEEK_DATA);
+        if (data < 0) return errno == ENXIO ? 0 : -1;
+        if (data >= size) return 0;
+        off_t hole = lseek(fd_in, data, SEEK_HOLE);
+        if (hole < 0) return -1;
+        if (hole > size) hole = size;
+        loff_t in = data, out = data;
+        while (in < hole) {
+            ssize_t n = copy_file_range(fd_in, &in, fd_out, &out, (size_t)(hole - in), 0);
+            if (n < 0) { if (errno == EINTR) continue; return -1; }
+            if (n == 0) { errno = EIO; return -1; }
+        }
+        at = hole;
+    }
+    return 0;
+}
+
 // MARK: - Writing around the page cache
 
 #include <errno.h>

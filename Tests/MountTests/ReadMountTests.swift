@@ -65,6 +65,13 @@ struct ReadMountTests {
                 let b = try m.sh("dd if=\(mp)/big/data.bin bs=1 skip=\(offset) count=10 status=none | od -An -tx1")
                 #expect(a == b, "offset \(offset)")
             }
+            // Written to in place: the copy to write into comes from the server's file, not HTTP.
+            let appended = try m.sh("cp data.bin appended.bin && echo tail >> appended.bin && sha256sum < appended.bin | cut -d' ' -f1")
+            try m.sh("echo tail >> \(mp)/big/data.bin")
+            #expect(try bytesSent(m) == sent, "the local copy came from the blob file")
+            _ = try m.stowfs(["sync", mp])
+            #expect(try await m.storedSHA256("big/data.bin") == appended)
+            #expect(try m.sh("sha256sum < \(mp)/big/data.bin | cut -d' ' -f1") == appended)
             // Another version, stored by someone else: read once the mount hears of it.
             let second = try await storeDirectly(m, bytes: 6_000_000, at: "big/data.bin")
             var seen = ""

@@ -35,6 +35,10 @@ int CStowSystem_is_own_local_file(int fd, long long size);
 /// The open file's link count (0 once removed), -1 on failure.
 int CStowSystem_link_count(int fd);
 
+/// The first `size` bytes of `fd_in` into `fd_out` at the same offsets, by copy_file_range, data
+/// only (holes left as holes); 0, or -1 with errno (EXDEV: not on one filesystem).
+int CStowSystem_copy_data(int fd_in, int fd_out, long long size);
+
 /// copy_file_range from `in_offset` of `fd_in` to `out_offset` of `fd_out`, leaving both
 /// descriptors' file offsets alone.
 ssize_t CStowSystem_copy_file_range(int fd_in, off_t in_offset, int fd_out, off_t out_offset, size_t length);

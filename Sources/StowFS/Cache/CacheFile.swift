@@ -54,6 +54,13 @@ public final class CacheFile: Sendable {
         CStowSystem_is_own_local_file(descriptor, CLongLong(size)) == 1
     }
 
+    /// Copies the first `size` bytes of `source` into this file at the same offsets, in the kernel
+    /// (`copy_file_range`), leaving holes as holes. False when it could not (another filesystem):
+    /// then nothing may be assumed of this file's content.
+    public func copyData(from source: CacheFile, size: Int64) -> Bool {
+        CStowSystem_copy_data(source.descriptor, descriptor, CLongLong(size)) == 0
+    }
+
     /// Whether the open file was removed (no name left).
     public var isRemoved: Bool { CStowSystem_link_count(descriptor) == 0 }
 

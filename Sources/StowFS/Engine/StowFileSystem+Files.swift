@@ -386,6 +386,15 @@ extension StowFileSystem {
 
     private func download(_ location: Location, etag: String?, size: Int64) async throws(FSError) -> CacheFile {
         let file = try CacheFile(path: newCacheFilePath(), truncate: true)
+        // From the local stowd's own blob file, by the kernel, when it offers it (a copy through
+        // HTTP otherwise, or if the two are not on one filesystem).
+        if size > 0, let etag, let blob = try await localBlob(location, etag: etag, fileSize: size) {
+            if file.copyData(from: blob, size: size) {
+                try file.truncate(to: size)
+                return file
+            }
+            try file.truncate(to: 0)
+        }
         if size > 0, let etag {
             try await fetchStream(location, etag: etag, range: 0..<size) { $0 } write: { chunk, offset throws(FSError) in
                 // Zeros are left as a hole (the file is cut to its size below): a file extended by
