@@ -98,6 +98,9 @@ enum StatusText {
         if let b = s.bandwidth, b.up > 0 || b.down > 0 {
             lines.append("  limit:   \(BandwidthLimits.describe(up: b.up, down: b.down)) (stowfs set \(mountpoint) --bwlimit …)")
         }
+        if let r = s.localReads, r.state != "not offered" {
+            lines.append("  local:   reads in place \(r.state), \(r.opened) server file(s) read so, \(r.open) open")
+        }
         if let f = s.feed {
             var line = "  feed:    " + (f.connected ? "connected" : "not connected")
             if f.connected, let ago = f.secondsSinceAnswer { line += String(format: " (last answer %.1f s ago)", ago) }

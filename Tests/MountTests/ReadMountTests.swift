@@ -58,6 +58,8 @@ struct ReadMountTests {
             #expect(try m.sh("sha256sum < \(mp)/big/data.bin | cut -d' ' -f1") == first)
             #expect(try bytesSent(m) == sent, "no byte of the file came through HTTP")
             #expect(try localReads(m) == inPlace + 1, "the server gave the blob file's path once")
+            let status = try m.stowfs(["status", mp])
+            #expect(status.contains("reads in place on, 1 server file(s) read so"), "\(status)")
             let cached = Int(try m.sh("du -sb \(m.cacheDirectory)/blocks | cut -f1")) ?? -1
             #expect(cached >= 0 && cached < 1_000_000, "the block cache holds \(cached) bytes")
             for offset in [0, 1, 4095, 1_048_575, 1_048_576, 7_999_990] {

@@ -186,6 +186,15 @@ final class LocalBlobs: Sendable {
         try CacheFile.replace(Self.keptPath(cacheDirectory), with: data)
     }
 
+    /// `on`, `not offered` or `paused` (for status).
+    var summary: String {
+        state.withLock { s in
+            if !s.offered { return "not offered" }
+            if let until = s.pausedUntil, ContinuousClock.now < until { return "paused" }
+            return "on"
+        }
+    }
+
     /// Blob files opened so far (for tests and status).
     var opened: Int { state.withLock { $0.opened } }
     /// Blob files open now (for tests).

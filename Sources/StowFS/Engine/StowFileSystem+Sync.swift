@@ -97,7 +97,8 @@ extension StowFileSystem {
         let (inodes, open) = state.withLock { s in (s.inodes.count, s.handles.count) }
         let bandwidth = configuration.bandwidth.map { BandwidthStatus(up: $0.up.bytesPerSecond, down: $0.down.bytesPerSecond) }
         return MountStatus(
-            queue: queue, cache: blocks.statistics, inodes: inodes, openFiles: open, feed: feedStatus, locks: lockStatus, bandwidth: bandwidth)
+            queue: queue, cache: blocks.statistics, inodes: inodes, openFiles: open, feed: feedStatus, locks: lockStatus, bandwidth: bandwidth,
+            localReads: LocalReadStatus(state: readsInPlace ? localBlobs.summary : "off", opened: localBlobs.opened, open: localBlobs.openCount))
     }
 
     /// `stowfs pause`: no upload starts and those in flight stop (resumable ones keep their offset);
@@ -189,6 +190,18 @@ public struct MountStatus: Codable, Sendable, Equatable {
     public var locks: LockStatus?
     /// `--bwlimit` in bytes per second, 0 for none (absent in answers of an older stowfs).
     public var bandwidth: BandwidthStatus?
+    /// Reads in place from a local stowd's blob files (absent in answers of an older stowfs).
+    public var localReads: LocalReadStatus?
+}
+
+/// Reads in place (`LocalBlobs`): whether they happen, and how many files were read so.
+public struct LocalReadStatus: Codable, Sendable, Equatable {
+    /// `on` (asked for, and the server has offered or may), `off` (`--no-local-reads`, or a limit
+    /// on the bandwidth down), `not offered` (the server answers with bytes), `paused` (errors).
+    public var state: String
+    /// Server files opened for reading in place since the mount, and open now.
+    public var opened: Int
+    public var open: Int
 }
 
 public struct BandwidthStatus: Codable, Sendable, Equatable {
