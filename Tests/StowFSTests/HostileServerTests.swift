@@ -101,6 +101,57 @@ struct HostileServerTests {
         }
     }
 
+    @Test("stowfs find against a search whose pages do not move (the cursor asked for, empty pages): refused, not followed without end")
+    func searchThatNeverEnds() async throws {
+        let cases: [(String, @Sendable (String?, Int) -> SearchResponse)] = [
+            ("the cursor asked for", { cursor, n in SearchResponse(items: [], nextCursor: n < 5000 ? (cursor ?? "c") : nil) }),
+            ("empty pages", { _, n in SearchResponse(items: [], nextCursor: n < 5000 ? "c\(n)" : nil) }),
+        ]
+        for (what, answer) in cases {
+            let store = RewritingStore()
+            let pages = Counter()
+            store.searchPages.withLock { $0 = { cursor in answer(cursor, pages.value.add(1, ordering: .relaxed).newValue) } }
+            try await withEngine(store: store) { h in
+                do {
+                    try await h.fs.find(under: "", filter: SearchFilter(), statuses: [], emit: { _ in })
+                    Issue.record("\(what): followed to the end")
+                } catch let e as StorageError {
+                    #expect(e.kind == .protocolViolation, "\(what): \(e)")
+                }
+                #expect(pages.value.load(ordering: .relaxed) < 100, "\(what): \(pages.value.load(ordering: .relaxed)) pages asked for")
+            }
+        }
+    }
+
+    @Test("a descriptor that reads a file in place, after the file grew on the server: the new version's bytes, never the old file's end")
+    func inPlaceReadAfterGrowth() async throws {
+        let store = RewritingStore()
+        let folder = FileManager.default.temporaryDirectory.path + "/stowfs-blobs-\(UUID().uuidString.prefix(8))"
+        store.blobFolder.withLock { $0 = folder }
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let first = [UInt8](repeating: UInt8(ascii: "a"), count: 1_500_000), second = [UInt8](repeating: UInt8(ascii: "b"), count: 2_500_000)
+        _ = try await store.base.upload(.bytes(ByteBuffer(bytes: first)), size: Int64(first.count), to: ns, try StoragePath("f"))
+        try await withEngine(store: store, configure: { $0.attributeTTL = .zero; $0.entryTTL = .zero }) { h in
+            let ino = try await h.resolve("f")
+            #expect(try await h.fs.getattr(ino).size == UInt64(first.count))
+            let handle = try await h.fs.open(ino, write: false, truncate: false).handle
+            func bytes(at offset: Int64, _ n: Int) async throws -> [UInt8] {
+                var out: [UInt8] = []
+                for seg in try await h.fs.read(ino, handle: handle, offset: offset, size: n) { out += seg.file.read(at: seg.offset, length: seg.length) }
+                return out
+            }
+            #expect(try await bytes(at: 0, 16) == Array(first[0..<16]))
+            #expect(store.localPathsGiven.value.load(ordering: .relaxed) == 1, "read in place")
+            // The server's file grows; the engine learns its size (a getattr past the TTL), and the
+            // descriptor still stands for the version it opened.
+            _ = try await store.base.upload(.bytes(ByteBuffer(bytes: second)), size: Int64(second.count), to: ns, try StoragePath("f"))
+            #expect(try await h.fs.getattr(ino).size == UInt64(second.count))
+            #expect(try await bytes(at: 2_000_000, 16) == Array(second[2_000_000..<2_000_016]), "past the old end: the new version")
+            #expect(try await bytes(at: 0, 16) == Array(second[0..<16]))
+            await h.fs.release(ino, handle: handle)
+        }
+    }
+
     @Test("an --all mount: a namespace whose root inode is the mount's own root keeps the mount's root")
     func namespaceRootInodeCollision() async throws {
         let store = RewritingStore()
