@@ -13,12 +13,17 @@ import Testing
 struct LocalReadTests {
     static let ask = ("Stow-Local-Read", "1")
 
+    /// `bytes` stored at `name` (three steps: a blob file), and a signed URL of it.
+    static func stored(_ bytes: [UInt8], _ name: String, on s: TestServer) async throws -> (FileRecord, String) {
+        let record = try await s.admin.put(bytes, name)
+        return (record, try await s.admin.signedURLs(testNamespace, [path(name)], expiry: 60)[0].signedUrl)
+    }
+
     @Test("a GET with Stow-Local-Read is a 307 to file:// of the blob, with the file's ETag; the file holds the version's bytes; a stale If-Match is 412")
     func pathOfTheBlob() async throws {
         try await withServer { s in
             let bytes = randomBytes(3 << 20, seed: 91)
-            let record = try await s.admin.put(bytes, "big/l.bin")
-            let url = try await s.admin.signedURLs(testNamespace, [path("big/l.bin")], expiry: 60)[0].signedUrl
+            let (record, url) = try await Self.stored(bytes, "big/l.bin", on: s)
             let answer = try await s.raw.send("GET", url, token: nil, headers: [Self.ask, ("If-Match", "\"\(record.etag)\"")], follow: false)
             #expect(answer.status == 307)
             #expect(answer.header("ETag") == "\"\(record.etag)\"")
@@ -58,8 +63,7 @@ struct LocalReadTests {
         for configure: (inout ServerConfiguration) -> Void in [{ $0.proxyDownloads = true }, { $0.host = "0.0.0.0" }] {
             try await withServer(configure: configure) { s in
                 let bytes = randomBytes(2 << 20, seed: 93)
-                _ = try await s.admin.put(bytes, "b.bin")
-                let url = try await s.admin.signedURLs(testNamespace, [path("b.bin")], expiry: 60)[0].signedUrl
+                let (_, url) = try await Self.stored(bytes, "b.bin", on: s)
                 let answer = try await s.raw.send("GET", url, token: nil, headers: [Self.ask], follow: false)
                 #expect(answer.status == 200)
                 #expect(Array(answer.body) == bytes)
@@ -71,8 +75,7 @@ struct LocalReadTests {
     func client() async throws {
         try await withServer { s in
             let bytes = randomBytes(2 << 20, seed: 94)
-            let record = try await s.admin.put(bytes, "c.bin")
-            let url = try await s.admin.signedURLs(testNamespace, [path("c.bin")], expiry: 60)[0].signedUrl
+            let (record, url) = try await Self.stored(bytes, "c.bin", on: s)
             let found = try await s.admin.localBlobPath(url: url, etag: record.etag)
             let file = try #require(found)
             #expect(Array(try Data(contentsOf: URL(fileURLWithPath: file))) == bytes)
@@ -80,8 +83,7 @@ struct LocalReadTests {
         }
         try await withServer(configure: { $0.proxyDownloads = true }) { s in
             let bytes = randomBytes(2 << 20, seed: 95)
-            let record = try await s.admin.put(bytes, "c.bin")
-            let url = try await s.admin.signedURLs(testNamespace, [path("c.bin")], expiry: 60)[0].signedUrl
+            let (record, url) = try await Self.stored(bytes, "c.bin", on: s)
             #expect(try await s.admin.localBlobPath(url: url, etag: record.etag) == nil)
         }
     }

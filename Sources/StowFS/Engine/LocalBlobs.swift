@@ -51,16 +51,20 @@ final class LocalBlobs: Sendable {
     static let failuresBeforeGivingUp = 3
     static let pause: Duration = .seconds(60)
     private let state = Mutex(State())
+    /// Whether any file is open: read on every FUSE read of a large file, so that a mount whose
+    /// server offers no paths pays one atomic load, not the lock and a hash of the ETag.
+    private let anyOpen = Atomic<Bool>(false)
 
     /// The open file of version `etag`, if it is read in place and is `size` bytes.
     func file(etag: String, size: Int64) -> CacheFile? {
-        state.withLock { s in
+        guard anyOpen.load(ordering: .relaxed) else { return nil }
+        return state.withLock { s in
             guard let i = s.open.index(forKey: etag), s.open.values[i].size == size else { return nil }
             s.tick += 1
             s.open.values[i].use = s.tick
             let file = s.open.values[i].file
             // Now and then: files the server removed are let go of.
-            if s.tick % 4096 == 0 { Self.closeRemoved(&s) }
+            if s.tick % 4096 == 0 { closeRemoved(&s) }
             return file
         }
     }
@@ -130,7 +134,8 @@ final class LocalBlobs: Sendable {
             s.tick += 1
             s.open[etag] = Open(file: file, size: size, use: s.tick)
             s.opened += 1
-            Self.closeRemoved(&s)
+            anyOpen.store(true, ordering: .relaxed)
+            closeRemoved(&s)
             if s.open.count > Self.openLimit, let oldest = s.open.min(by: { $0.value.use < $1.value.use })?.key {
                 s.open[oldest] = nil
             }
@@ -147,18 +152,18 @@ final class LocalBlobs: Sendable {
     }
 
     /// Closes the files the server removed (their versions replaced and collected).
-    private static func closeRemoved(_ s: inout State) {
+    private func closeRemoved(_ s: inout State) {
         for (etag, o) in s.open where o.file.isRemoved {
             s.open[etag] = nil
             s.paths[etag] = nil
         }
+        if s.open.isEmpty { anyOpen.store(false, ordering: .relaxed) }
     }
 
     static func keptPath(_ cacheDirectory: String) -> String { cacheDirectory + "/local-blobs.json" }
 
     /// What the last clean unmount kept becomes this mount's (and its file goes, as the tree's does).
-    /// Only blob files' paths are taken (the file is in the mount's own cache folder, but a path
-    /// is checked as a server's answer is).
+    /// Each path is checked as a server's answer is when it is opened (`openFile`).
     func claimKept(cacheDirectory: String) {
         let path = Self.keptPath(cacheDirectory)
         defer { unlink(path) }
@@ -166,7 +171,7 @@ final class LocalBlobs: Sendable {
             let kept = try? JSONDecoder().decode([String: String].self, from: data)
         else { return }
         state.withLock { s in
-            for (etag, p) in kept.prefix(Self.keptLimit) where s.paths[etag] == nil && HTTPObjectStore.isBlobFilePath(p) {
+            for (etag, p) in kept.prefix(Self.keptLimit) where s.paths[etag] == nil {
                 s.paths[etag] = p
                 s.order.append(etag)
             }

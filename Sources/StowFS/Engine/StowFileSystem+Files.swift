@@ -480,7 +480,7 @@ extension StowFileSystem {
         guard let etag = plan.etag else { return nil }
         let end = min(plan.fileSize, offset + Int64(size))
         if end <= offset { return [] }
-        if plan.fileSize > Self.localReadMinimum, readsInPlace, let blob = localBlobs.file(etag: etag, size: plan.fileSize) {
+        if plan.fileSize > Self.localReadMinimum, let blob = localBlobs.file(etag: etag, size: plan.fileSize), readsInPlace {
             return [FileSegment(file: blob, offset: offset, length: Int(end - offset))]
         }
         guard let segment = blocks.segment(etag: etag, range: offset..<end) else { return nil }
