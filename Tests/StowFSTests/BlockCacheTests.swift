@@ -209,6 +209,28 @@ struct BlockCacheTests {
         }
     }
 
+    @Test("packed files and the blocks of files of their own are evicted together, least recently used first: a packed file read since stays, those not read go before older blocks")
+    func packedAndBlocksByLastUse() throws {
+        try withCache { cache in
+            let dir = cache.directory
+            for i in 0..<4 {
+                #expect(cache.adopt(etag: "p\(i)", file: try Self.copy(dir, UInt8(i + 1), 4000), size: 4000) == .packed)
+            }
+            for b in 0..<4 { try Self.store(cache, etag: "big", block: Int64(b)) }
+            #expect(cache.segment(etag: "p0", range: 0..<4000) != nil)
+            // 16,000 + 16,384 bytes, then 10 blocks more: the ninth passes the 65,536 of the
+            // cache, which drops the oldest until it holds 90% — p1, p2 and p3, in that order.
+            for b in 0..<10 { try Self.store(cache, etag: "more", block: Int64(b)) }
+            #expect(cache.missing(etag: "p1", blocks: 0..<1) == [0])
+            #expect(cache.missing(etag: "p2", blocks: 0..<1) == [0])
+            #expect(cache.missing(etag: "p3", blocks: 0..<1) == [0])
+            #expect(cache.missing(etag: "big", blocks: 0..<4).isEmpty)
+            #expect(cache.missing(etag: "more", blocks: 0..<10).isEmpty)
+            let p0 = try #require(cache.segment(etag: "p0", range: 0..<4000))
+            #expect(p0.file.read(at: p0.offset, length: 4000) == [UInt8](repeating: 1, count: 4000))
+        }
+    }
+
     @Test("a packed version forgotten while a read still splices from it keeps its slot until the read is done: a new file does not take it meanwhile")
     func packedSlotWaitsForItsReader() throws {
         try withCache(capacity: 1 << 30) { cache in

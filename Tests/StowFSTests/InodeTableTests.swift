@@ -69,4 +69,44 @@ struct InodeTableTests {
         #expect(visited == 2_000)
         #expect(table.values.allSatisfy { $0.name == "new" })
     }
+
+    @Test("an inode record takes at most 240 bytes (100,000 files hold 100,000 of them); its instants and metadata, kept small, read back as set")
+    func recordSize() {
+        #expect(MemoryLayout<StowFileSystem.InodeEntry?>.stride <= 240, "\(MemoryLayout<StowFileSystem.InodeEntry?>.stride)")
+        var e = Self.entry(7, name: "a")
+        let now = ContinuousClock.now
+        for t in [now, now + .milliseconds(1500), now - .seconds(3), StowFileSystem.forcedStale] {
+            e.validUntil = t
+            #expect(e.validUntil == t)
+            e.changedAt = t
+            #expect(e.changedAt == t)
+        }
+        #expect(e.validUntil == StowFileSystem.forcedStale)
+        e.changedAt = nil
+        #expect(e.changedAt == nil)
+        // A TTL of centuries is kept at the end of the range: still later than any reading here.
+        e.validUntil = now + .seconds(Int64.max / 4)
+        #expect(e.validUntil > now + .seconds(100 * 365 * 86_400))
+        e.validUntil = now - .seconds(Int64.max / 4)
+        #expect(e.validUntil < now - .seconds(5 * 365 * 86_400))
+        e.openHandles += 3
+        e.submitting = 2
+        #expect(e.openHandles == 3 && e.submitting == 2)
+
+        var m = StowFileSystem.FileMeta()
+        #expect(m.tags.isEmpty && m.metadata.isEmpty && !m.isPublic && m.target == nil && m.contentType == nil)
+        m.tags = ["x", "y"]
+        m.metadata["k"] = "v"
+        m.isPublic = true
+        m.contentType = "image/jpeg"
+        #expect(m == StowFileSystem.FileMeta(tags: ["x", "y"], metadata: ["k": "v"], contentType: "image/jpeg", isPublic: true))
+        var copy = m
+        copy.tags.append("z")
+        #expect(m.tags == ["x", "y"] && copy.tags == ["x", "y", "z"], "value semantics: a copy changed leaves the first as it was")
+        m.tags = []
+        m.metadata = [:]
+        m.isPublic = false
+        #expect(m == StowFileSystem.FileMeta(contentType: "image/jpeg"))
+        #expect(m != copy)
+    }
 }
