@@ -62,6 +62,10 @@ int CStowSystem_punch_hole(int fd, off_t offset, off_t length) {
     return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length);
 }
 
+int CStowSystem_preallocate(int fd, off_t offset, off_t length) {
+    return fallocate(fd, 0, offset, length);
+}
+
 long long CStowSystem_data_end(int fd) {
     off_t end = 0, position = 0;
     for (;;) {

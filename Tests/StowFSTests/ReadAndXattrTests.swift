@@ -63,6 +63,32 @@ struct ReadAndXattrTests {
         }
     }
 
+    @Test("a fetch that fails gives back the disk blocks given to its run beforehand; one that succeeds keeps them, holding the bytes")
+    func failedFetchGivesBackItsBlocks() async throws {
+        let (content, base) = try await Self.storedBig()
+        let store = FaultInjectingObjectStore(wrapping: base)
+        /// Bytes the block cache's files take on disk.
+        func allocated(_ h: Harness) -> Int {
+            let dir = h.cacheDirectory + "/blocks"
+            return ((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []).reduce(0) { sum, name in
+                var st = stat()
+                return sum + (stat(dir + "/" + name, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG ? Int(st.st_blocks) * 512 : 0)
+            }
+        }
+        try await withEngine(store: store) { h in
+            store.failNext(50, of: .read)
+            await #expect(throws: (any Error).self) { try await h.read("big.bin") }
+            // A read-ahead begun beside the read may still be failing its tries.
+            for _ in 0..<300 where allocated(h) != 0 { try await Task.sleep(for: .milliseconds(50)) }
+            #expect(allocated(h) == 0, "\(allocated(h)) bytes left allocated by fetches that stored nothing")
+        }
+        try await withEngine(store: FaultInjectingObjectStore(wrapping: base)) { h in
+            let got = try await h.read("big.bin")
+            #expect(got == content)
+            #expect(allocated(h) >= 100_000)
+        }
+    }
+
     @Test("a file changed on the server is read as the new version, never mixed with the old")
     func changedRemotely() async throws {
         let base = InMemoryObjectStore(namespaces: [ns])

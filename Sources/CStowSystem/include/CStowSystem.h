@@ -9,6 +9,12 @@
 
 /// fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length)
 int CStowSystem_punch_hole(int fd, off_t offset, off_t length);
+
+/// fallocate(fd, 0, offset, length): blocks given to a range before it is written (ext4 then
+/// reserves no block per page as each write lands); the file grows to the range's end. (Not with
+/// FALLOC_FL_KEEP_SIZE: ext4 punches no hole past the end of a file, so blocks given there could
+/// not be given back.) -1 with errno on failure.
+int CStowSystem_preallocate(int fd, off_t offset, off_t length);
 /* Flushes the whole filesystem holding `fd` (syncfs(2)): one call for many files. */
 int CStowSystem_syncfs(int fd);
 

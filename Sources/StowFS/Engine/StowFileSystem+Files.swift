@@ -624,11 +624,17 @@ extension StowFileSystem {
     /// woken) as soon as its last byte arrived, not when the whole run has. Ends every claim.
     func fetchBlocks(_ location: Location, etag: String, blocks run: Range<Int64>, fileSize: Int64) async throws(FSError) {
         var next = run.lowerBound
-        defer { for b in next..<run.upperBound { fetching.end(etag: etag, block: b) } }
         let bs = Int64(configuration.blockSize)
         let end = min(fileSize, run.upperBound * bs)
+        var preallocated: CacheFile?
+        defer {
+            // Blocks given to the run and never stored (the fetch failed) go back to the disk.
+            if let preallocated, next * bs < end { preallocated.punchHole(offset: next * bs, length: end - next * bs) }
+            for b in next..<run.upperBound { fetching.end(etag: etag, block: b) }
+        }
         guard run.lowerBound * bs < end else { return }
         let file = try blocks.file(etag: etag)
+        if file.preallocate(offset: run.lowerBound * bs, length: end - run.lowerBound * bs) { preallocated = file }
         try await fetchStream(location, etag: etag, range: (run.lowerBound * bs)..<end) { (reached: Int64) in
             // Bytes up to `reached` are written: every block that ends there is whole.
             while next < run.upperBound {
