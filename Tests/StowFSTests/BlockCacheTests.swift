@@ -253,6 +253,38 @@ struct BlockCacheTests {
         }
     }
 
+    @Test("a damaged index (offsets, block numbers and sizes at the ends of Int64, negative, or past their file) starts a cache without them: no trap, the sound entries kept")
+    func damagedIndex() throws {
+        let dir = Self.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        FileManager.default.createFile(atPath: dir + "/.pack", contents: Data(repeating: 5, count: 4096))
+        for name in ["ok", "far", "huge", "negative", "twice"] {
+            FileManager.default.createFile(atPath: dir + "/" + name, contents: Data(repeating: 6, count: 10))
+        }
+        let json = """
+            {"blockSize":\(Self.blockSize),"files":[
+            {"etag":"slot","blocks":[0],"bytes":100,"pack":[0,1]},
+            {"etag":"slotFar","blocks":[0],"bytes":4096,"pack":[9223372036854771712,1]},
+            {"etag":"slotBig","blocks":[0],"bytes":9223372036854775807,"pack":[0,1]},
+            {"etag":"ok","blocks":[0],"bytes":10},
+            {"etag":"far","blocks":[4611686018427387904],"bytes":10},
+            {"etag":"huge","blocks":[0],"bytes":9223372036854775807},
+            {"etag":"negative","blocks":[-5],"bytes":10},
+            {"etag":"twice","blocks":[0],"bytes":10},
+            {"etag":"twice","blocks":[0],"bytes":9223372036854775807}
+            ]}
+            """
+        FileManager.default.createFile(atPath: dir + "/.index.json", contents: Data(json.utf8))
+        let cache = try BlockCache(directory: dir, blockSize: Self.blockSize, capacity: 1 << 20)
+        #expect(cache.statistics.bytes == 100 + 10 + 10)
+        let slot = try #require(cache.segment(etag: "slot", range: 0..<100))
+        #expect(slot.file.read(at: slot.offset, length: 100) == [UInt8](repeating: 5, count: 100))
+        #expect(cache.segment(etag: "ok", range: 0..<10) != nil)
+        #expect(cache.segment(etag: "twice", range: 0..<10) != nil)
+        for etag in ["slotFar", "slotBig", "far", "huge", "negative"] { #expect(cache.segment(etag: etag, range: 0..<1) == nil, "\(etag)") }
+    }
+
     @Test("packed files are kept by persist and read back by the next start; dropped ones are not; a pack cut short is not trusted")
     func packedAcrossStarts() throws {
         let dir = Self.temporaryFolder()

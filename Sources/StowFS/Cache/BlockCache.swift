@@ -125,10 +125,14 @@ public final class BlockCache: Sendable {
         var s = State()
         let pack = kept.files.contains { $0.pack != nil } ? try? CacheFile(existing: Self.packPath(directory)) : nil
         let packSize = pack.map { Int64(lseek($0.descriptor, 0, SEEK_END)) } ?? 0
+        // The index is this mount's own file, but a damaged one must not keep the mount from
+        // starting: each number is checked before any arithmetic on it, and an entry that does
+        // not hold up is left out.
         for entry in kept.files where !entry.blocks.isEmpty {
             if let slot = entry.pack {
                 guard let pack, slot.count == 2, entry.blocks == [0], entry.bytes > 0, slot[0] >= 0, slot[0] % Self.page == 0, slot[1] > 0,
-                    slot[1] <= Self.packedUpTo / Self.page, entry.bytes <= slot[1] * Self.page, entry.bytes <= Int64(blockSize), slot[0] + entry.bytes <= packSize
+                    slot[1] <= Self.packedUpTo / Self.page, entry.bytes <= slot[1] * Self.page, entry.bytes <= Int64(blockSize),
+                    slot[0] <= packSize - entry.bytes
                 else { continue }
                 s.tick += 1
                 s.files[entry.etag] = FileState(
@@ -138,9 +142,13 @@ public final class BlockCache: Sendable {
                 s.bytes += entry.bytes
                 continue
             }
-            // The file must still be there (not made anew) and hold its last block's start.
+            // The file must still be there (not made anew) and hold its last block's start, and the
+            // blocks' bytes must fit in it.
             let path = filePath(entry.etag)
-            guard let (size, inode) = Self.stat(path), let last = entry.blocks.max(), size > last * Int64(blockSize) else { continue }
+            guard let first = entry.blocks.min(), first >= 0, let last = entry.blocks.max(), s.files[entry.etag] == nil,
+                case let (lastStart, overflow) = last.multipliedReportingOverflow(by: Int64(blockSize)), !overflow,
+                entry.bytes >= 0, let (size, inode) = Self.stat(path), size > lastStart, entry.bytes <= size
+            else { continue }
             s.files[entry.etag] = FileState(inode: inode, present: BlockSet(entry.blocks))
             s.bytes += entry.bytes
             for i in entry.blocks {

@@ -626,15 +626,17 @@ extension StowFileSystem {
         var next = run.lowerBound
         let bs = Int64(configuration.blockSize)
         let end = min(fileSize, run.upperBound * bs)
-        var preallocated: CacheFile?
+        var into: CacheFile?
         defer {
-            // Blocks given to the run and never stored (the fetch failed) go back to the disk.
-            if let preallocated, next * bs < end { preallocated.punchHole(offset: next * bs, length: end - next * bs) }
+            // Blocks given to the run and never stored (the fetch failed) go back to the disk — also
+            // when the preallocation failed partway (on a full disk ext4 keeps what it gave).
+            if let into, next * bs < end { into.punchHole(offset: next * bs, length: end - next * bs) }
             for b in next..<run.upperBound { fetching.end(etag: etag, block: b) }
         }
         guard run.lowerBound * bs < end else { return }
         let file = try blocks.file(etag: etag)
-        if file.preallocate(offset: run.lowerBound * bs, length: end - run.lowerBound * bs) { preallocated = file }
+        into = file
+        file.preallocate(offset: run.lowerBound * bs, length: end - run.lowerBound * bs)
         try await fetchStream(location, etag: etag, range: (run.lowerBound * bs)..<end) { (reached: Int64) in
             // Bytes up to `reached` are written: every block that ends there is whole.
             while next < run.upperBound {
