@@ -1,4 +1,5 @@
 import Foundation
+import StorageClient
 import StorageProtocol
 import Testing
 @testable import StowFS
@@ -62,5 +63,41 @@ struct SnapshotJSONTests {
         var empty: [UInt8] = []
         BlockCache.Index(blockSize: 4096, files: []).writeJSON(chunk: 1) { empty += $0 }
         #expect(try JSONDecoder().decode(BlockCache.Index.self, from: Data(empty)) == BlockCache.Index(blockSize: 4096, files: []))
+    }
+
+    @Test("a kept tree with a size past Int64 mounts offline without that file: no trap, the sound names kept, its folder no longer complete")
+    func damagedTree() async throws {
+        let dir = FileManager.default.temporaryDirectory.path + "/stowfs-tree-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        func item(_ ino: UInt64, parent: UInt64, _ name: String, _ kind: NodeKind, size: UInt64) -> Item {
+            Item(
+                ino: ino, parent: parent, name: name, kind: kind, mode: 0o644, uid: 0, gid: 0, size: size, nlink: 1, atimeNs: 0, mtimeNs: 0, ctimeNs: 0,
+                rdev: 0, remoteIno: ino, etag: "e\(ino)", id: "\(ino)", tags: [], metadata: [:], contentType: nil, isPublic: false, target: nil,
+                complete: kind == .directory ? true : nil)
+        }
+        let snapshot = StowFileSystem.TreeSnapshot(
+            namespace: ns.name, rootRemote: 10, rootComplete: true, savedNs: 0,
+            items: [
+                item(11, parent: 1, "ok", .file, size: 5), item(12, parent: 1, "huge", .file, size: UInt64.max),
+                item(13, parent: 1, "docs", .directory, size: 0), item(14, parent: 13, "inner.txt", .file, size: 3),
+            ])
+        var bytes: [UInt8] = []
+        StowFileSystem.snapshotJSON(snapshot, chunk: 1 << 20) { bytes += $0 }
+        FileManager.default.createFile(atPath: StowFileSystem.snapshotPath(dir), contents: Data(bytes))
+        let faulty = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))
+        faulty.isOffline = true
+        let h = try await Harness.make(store: faulty, cacheDirectory: dir) { $0.startOffline = true }
+        defer { Task { await h.close() } }
+        #expect(try await h.fs.lookup(parent: .root, name: "ok").attributes.size == 5)
+        #expect(try await h.names("docs") == ["inner.txt"])
+        // Restored, it showed 16 EiB, and a read of it trapped (its size taken as an Int64).
+        let huge = try? await h.fs.lookup(parent: .root, name: "huge")
+        #expect(huge == nil)
+        if let huge {
+            let handle = try await h.fs.open(huge.ino, write: false, truncate: false).handle
+            _ = try? await h.fs.read(huge.ino, handle: handle, offset: 0, size: 10)
+        }
+        // A name of the root is missing: while the server is away, the root is not listed as if whole.
+        await #expect(throws: FSError.self) { _ = try await h.names("") }
     }
 }

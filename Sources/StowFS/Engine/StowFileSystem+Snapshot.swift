@@ -223,6 +223,14 @@ extension StowFileSystem {
         s.inodes[.root]?.directory?.complete = snapshot.rootComplete
         for item in snapshot.items {
             guard let parent = mapped[item.parent], s.inodes[parent]?.directory != nil else { continue }
+            // The tree is this mount's own file, but a damaged one must not stop the mount: a size
+            // past Int64 (no server's file has one) trapped every read and `stat` of the file,
+            // which take it as a signed offset. Such an item is left out, and its folder is then
+            // no longer complete (a name is missing from it).
+            guard item.size <= UInt64(Int64.max) else {
+                s.inodes[parent]?.directory?.complete = false
+                continue
+            }
             let ino = inodeNumber(forRemote: item.remoteIno, &s)
             mapped[item.ino] = ino
             var e = InodeEntry(
