@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import NIOCore
 import StorageClient
 import StorageProtocol
@@ -346,5 +347,43 @@ struct DurabilityTests {
         let resends = faulty.calls(of: .send) - sentBefore
         #expect(resends == 2, "resumed with \(resends) chunk(s); the last 2 of 4 were missing")
         #expect(faulty.calls(of: .uploadedBytes) >= 1)
+    }
+
+    @Test(
+        "a journal row damaged (a size no file has, a value of another type, counts and times at the end of Int64) mounts: no trap, the file shows its content and lands",
+        .timeLimit(.minutes(1)),
+        arguments: [
+            "size = -1", "size = 'many'", "params = X'FF', content_type = X'FF'", "replaces_ino = 'x', replaces_if_match = X'FF'",
+            "created = 9223372036854775807", "attempts = 9223372036854775807",
+        ])
+    func damagedJournalRow(_ damage: String) async throws {
+        let base = InMemoryObjectStore(namespaces: [ns])
+        let faulty = FaultInjectingObjectStore(wrapping: base)
+        let dir = FileManager.default.temporaryDirectory.path + "/stowfs-damaged-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        do {
+            let first = try await Harness.make(store: faulty, cacheDirectory: dir)
+            faulty.isOffline = true
+            try await first.write("a.txt", "alpha")
+            await first.close(keepCache: true)
+        }
+        // The row is in the close log still: a journal opened once puts it into SQLite, where it is damaged.
+        _ = try UploadJournal(path: dir + "/journal.sqlite")
+        let changed = try await DatabaseQueue(path: dir + "/journal.sqlite").write { db in
+            try db.execute(sql: "UPDATE uploads SET " + damage)
+            return db.changesCount
+        }
+        try #require(changed == 1)
+        faulty.isOffline = false
+        // The first attempt is refused, so that the count of attempts goes on from the row's.
+        faulty.failNext(1, of: .startUpload, with: StorageError(.conflict, "injected", status: 409))
+        let second = try await Harness.make(store: faulty, cacheDirectory: dir)
+        defer { Task { await second.close() } }
+        #expect(try await second.text("a.txt") == "alpha")
+        if await !second.fs.sync().isEmpty {
+            _ = try await second.fs.retryFailed(paths: [])
+            #expect(await second.fs.sync().isEmpty)
+        }
+        #expect(try await second.stored("a.txt") == "alpha")
     }
 }

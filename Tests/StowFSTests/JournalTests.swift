@@ -549,4 +549,52 @@ struct JournalTests {
         long[1] = 0xFF
         #expect(LoggedRow(decoding: long) == nil)
     }
+
+    @Test("rows damaged on disk read back without a trap: a size no file has comes from the local copy, counts and times come back into range, a value of another type is passed over, a row without a place or a copy is left out")
+    func damagedRows() throws {
+        let (dir, path) = Self.tempPath()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ns = try Namespace("damaged")
+        var ids: [String: Int64] = [:]
+        do {
+            let journal = try UploadJournal(path: path)
+            for name in ["text", "negative", "huge", "counts", "namespace", "content"] {
+                let copy = dir + "/" + name
+                _ = FileManager.default.createFile(atPath: copy, contents: Data(name.utf8))
+                ids[name] = try journal.insert(
+                    location: Location(namespace: ns, path: try StoragePath(name)), cacheFile: copy, size: Int64(name.utf8.count),
+                    params: UploadParams(mode: 0o600), contentType: nil, tags: nil, patch: nil, state: .queued,
+                    content: name == "content" ? Data("kept".utf8) : nil)
+            }
+            ids["gone"] = try journal.insertDeletion(location: Location(namespace: ns, path: try StoragePath("gone")), .init(remoteIno: 7, ifMatch: "e7"))
+            try journal.makeDurable()
+        }
+        try FileManager.default.removeItem(atPath: dir + "/negative")
+        try DatabaseQueue(path: path).write { db in
+            for (name, damage) in [
+                ("text", "size = 'many'"), ("negative", "size = -7"), ("huge", "size = 9223372036854775807"),
+                ("counts", "attempts = 9223372036854775807, created = 9223372036854775807, next_attempt = 9223372036854775807, params = X'FF', state = 'sent'"),
+                ("namespace", "namespace = X'FF'"), ("content", "content = 42"), ("gone", "size = 'x'"),
+            ] {
+                try db.execute(sql: "UPDATE uploads SET \(damage) WHERE id = ?", arguments: [ids[name]])
+            }
+        }
+        let journal = try UploadJournal(path: path)
+        #expect(try journal.restoreContents() == 0)
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let records = Dictionary(uniqueKeysWithValues: try journal.all().map { ($0.location.path.string, $0) })
+        #expect(Set(records.keys) == ["text", "huge", "counts", "content", "gone"])
+        #expect(records["text"]?.size == 4)
+        #expect(records["huge"]?.size == 4)
+        let counts = try #require(records["counts"])
+        #expect(counts.size == 6)
+        #expect(counts.attempts == Int(Int32.max))
+        #expect(counts.created <= now)
+        #expect(counts.nextAttempt <= now + 300_000)
+        #expect(counts.params == UploadParams())
+        #expect(counts.state == .queued)
+        #expect(records["content"]?.size == 7)
+        #expect(records["gone"]?.size == 0)
+        #expect(records["gone"]?.deletion == UploadJournal.Deletion(remoteIno: 7, ifMatch: "e7"))
+    }
 }

@@ -83,7 +83,7 @@ struct SnapshotJSONTests {
             ])
         var bytes: [UInt8] = []
         StowFileSystem.snapshotJSON(snapshot, chunk: 1 << 20) { bytes += $0 }
-        FileManager.default.createFile(atPath: StowFileSystem.snapshotPath(dir), contents: Data(bytes))
+        _ = FileManager.default.createFile(atPath: StowFileSystem.snapshotPath(dir), contents: Data(bytes))
         let faulty = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))
         faulty.isOffline = true
         let h = try await Harness.make(store: faulty, cacheDirectory: dir) { $0.startOffline = true }

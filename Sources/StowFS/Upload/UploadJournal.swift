@@ -302,9 +302,13 @@ public final class UploadJournal: Sendable {
                     let row = try Row.fetchOne(
                         db.cachedStatement(sql: "SELECT namespace, path, replaces_ino, replaces_if_match FROM uploads WHERE id = ? AND delete_ino IS NULL"),
                         arguments: [id]),
-                    let ns = try? Namespace(row["namespace"] as String), let path = try? StoragePath(row["path"] as String)
+                    let ns = (Self.value(row, "namespace") as String?).flatMap({ try? Namespace($0) }),
+                    let path = (Self.value(row, "path") as String?).flatMap({ try? StoragePath($0) })
                 {
-                    let old = (row["replaces_ino"] as Int64?).map { Deletion(remoteIno: UInt64(bitPattern: $0), ifMatch: row["replaces_if_match"]) }
+                    // Read as `all` reads them (a damaged value is none, not a trap).
+                    let old = (Self.value(row, "replaces_ino") as Int64?).map {
+                        Deletion(remoteIno: UInt64(bitPattern: $0), ifMatch: Self.value(row, "replaces_if_match"))
+                    }
                     let later = try Int64.fetchAll(
                         db.cachedStatement(sql: "SELECT id FROM uploads WHERE namespace = ? AND path = ? AND id > ? AND delete_ino IS NULL"),
                         arguments: [ns.name, path.string, id])
@@ -526,11 +530,14 @@ public final class UploadJournal: Sendable {
     @discardableResult
     public func restoreContents() throws -> Int {
         let rows = try transaction(synced: false) { db, _ in try Row.fetchAll(db, sql: "SELECT cache_file, content FROM uploads WHERE content IS NOT NULL") }
+        var written = 0
+        // A value of another type (a damaged row) is passed over: its copy stays as it is.
         for row in rows {
-            let content: Data = row["content"]
-            try CacheFile(path: row["cache_file"], truncate: true).write(content, at: 0)
+            guard let cacheFile: String = Self.value(row, "cache_file"), let content: Data = Self.value(row, "content") else { continue }
+            try CacheFile(path: cacheFile, truncate: true).write(content, at: 0)
+            written += 1
         }
-        return rows.count
+        return written
     }
 
     /// A held record becomes a queued one with a new id (the end of the line), in one transaction:
@@ -597,19 +604,48 @@ public final class UploadJournal: Sendable {
     }
 
     public func all() throws -> [Record] {
-        try transaction(synced: false) { db, _ in
-            try Row.fetchAll(db, sql: "SELECT * FROM uploads ORDER BY id").compactMap { row in
-                guard let ns = try? Namespace(row["namespace"] as String), let path = try? StoragePath(row["path"] as String) else { return nil }
-                return Record(
-                    id: row["id"], location: Location(namespace: ns, path: path), cacheFile: row["cache_file"], size: row["size"],
-                    params: Self.decode(row["params"], UploadParams.self) ?? UploadParams(), contentType: row["content_type"],
-                    tags: Self.decode(row["tags"], [String].self), patch: Self.decode(row["patch"], FilePatch.self),
-                    session: Self.decode(row["session"], StartUploadResponse.self), state: Record.State(rawValue: row["state"]) ?? .queued,
-                    attempts: row["attempts"], lastError: row["last_error"], nextAttempt: row["next_attempt"], created: row["created"],
-                    deletion: (row["delete_ino"] as Int64?).map { Deletion(remoteIno: UInt64(bitPattern: $0), ifMatch: row["delete_if_match"]) },
-                    replaces: (row["replaces_ino"] as Int64?).map { Deletion(remoteIno: UInt64(bitPattern: $0), ifMatch: row["replaces_if_match"]) })
-            }
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        return try transaction(synced: false) { db, _ in
+            try Row.fetchAll(db, sql: "SELECT * FROM uploads ORDER BY id").compactMap { Self.record($0, now: now) }
         }
+    }
+
+    /// A column's value, or nil when it is NULL or of another type: GRDB's `row[column]` traps on
+    /// a value it cannot convert (text in a number's column, bytes that are not UTF-8 in a text's).
+    private static func value<T: DatabaseValueConvertible>(_ row: Row, _ column: String) -> T? {
+        (try? row.decode(T?.self, forColumn: column)) ?? nil
+    }
+
+    /// A row read back as a record; nil for one no upload can be made of. The rows are this
+    /// journal's own, but a damaged one (a torn page, disk corruption, a file written by another
+    /// version) must not keep the mount from starting, and the queue computes with its numbers:
+    /// a size outside what a file can have (`UInt64(size)` trapped at the file's lookup) is taken
+    /// from the local copy, which holds the content; counts and instants are brought back into
+    /// what this code writes (a count of attempts at Int.max trapped at the next failure, a
+    /// creation time at Int64.max trapped in the scheduler, a next attempt in the far future held
+    /// the upload until then); a row without a place or a copy is left out.
+    private static func record(_ row: Row, now: Int64) -> Record? {
+        guard let id: Int64 = value(row, "id"), let ns = (value(row, "namespace") as String?).flatMap({ try? Namespace($0) }),
+            let path = (value(row, "path") as String?).flatMap({ try? StoragePath($0) }), let cacheFile: String = value(row, "cache_file")
+        else { return nil }
+        let deletion = (value(row, "delete_ino") as Int64?).map { Deletion(remoteIno: UInt64(bitPattern: $0), ifMatch: value(row, "delete_if_match")) }
+        var size: Int64 = value(row, "size") ?? -1
+        if deletion != nil {
+            size = 0
+        } else if !(0...StowFileSystem.maxFileSize).contains(size) {
+            guard let copy = BlockCache.stat(cacheFile)?.size, (0...StowFileSystem.maxFileSize).contains(copy) else { return nil }
+            size = copy
+        }
+        return Record(
+            id: id, location: Location(namespace: ns, path: path), cacheFile: cacheFile, size: size,
+            params: decode(value(row, "params"), UploadParams.self) ?? UploadParams(), contentType: value(row, "content_type"),
+            tags: decode(value(row, "tags"), [String].self), patch: decode(value(row, "patch"), FilePatch.self),
+            session: decode(value(row, "session"), StartUploadResponse.self), state: (value(row, "state") as String?).flatMap { Record.State(rawValue: $0) } ?? .queued,
+            // The queue's longest wait between attempts is 5 minutes (`UploadQueue.failed`).
+            attempts: min(max(0, value(row, "attempts") ?? 0), Int(Int32.max)), lastError: value(row, "last_error"),
+            nextAttempt: min(max(0, value(row, "next_attempt") ?? 0), now + 300_000), created: min(value(row, "created") ?? now, now),
+            deletion: deletion,
+            replaces: (value(row, "replaces_ino") as Int64?).map { Deletion(remoteIno: UInt64(bitPattern: $0), ifMatch: value(row, "replaces_if_match")) })
     }
 
     /// Writes every mutable field of a record but `replaces` (which `finish` keeps current, and
