@@ -265,6 +265,7 @@ struct BlockCacheTests {
         let json = """
             {"blockSize":\(Self.blockSize),"files":[
             {"etag":"slot","blocks":[0],"bytes":100,"pack":[0,1]},
+            {"etag":"slot","blocks":[0],"bytes":200,"pack":[0,1]},
             {"etag":"slotFar","blocks":[0],"bytes":4096,"pack":[9223372036854771712,1]},
             {"etag":"slotBig","blocks":[0],"bytes":9223372036854775807,"pack":[0,1]},
             {"etag":"ok","blocks":[0],"bytes":10},

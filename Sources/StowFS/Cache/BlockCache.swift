@@ -130,7 +130,7 @@ public final class BlockCache: Sendable {
         // not hold up is left out.
         for entry in kept.files where !entry.blocks.isEmpty {
             if let slot = entry.pack {
-                guard let pack, slot.count == 2, entry.blocks == [0], entry.bytes > 0, slot[0] >= 0, slot[0] % Self.page == 0, slot[1] > 0,
+                guard let pack, s.files[entry.etag] == nil, slot.count == 2, entry.blocks == [0], entry.bytes > 0, slot[0] >= 0, slot[0] % Self.page == 0, slot[1] > 0,
                     slot[1] <= Self.packedUpTo / Self.page, entry.bytes <= slot[1] * Self.page, entry.bytes <= Int64(blockSize),
                     slot[0] <= packSize - entry.bytes
                 else { continue }
