@@ -142,6 +142,14 @@ struct BlockCacheTests {
     }
 
     /// A copy of `count` bytes of `byte`, as the engine hands one over after its upload.
+    /// `count` small files of 4,000 bytes adopted (packed) as `prefix`0, `prefix`1, …, the i-th
+    /// holding bytes of value i + 1.
+    static func adoptPacked(_ cache: BlockCache, _ prefix: String, count: Int) throws {
+        for i in 0..<count {
+            #expect(cache.adopt(etag: "\(prefix)\(i)", file: try copy(cache.directory, UInt8(i + 1), 4000), size: 4000) == .packed)
+        }
+    }
+
     static func copy(_ dir: String, _ byte: UInt8, _ count: Int) throws -> CacheFile {
         let f = try CacheFile(path: dir + "/../copy-\(UUID().uuidString.prefix(8))", truncate: true)
         try f.write([UInt8](repeating: byte, count: count), at: 0)
@@ -192,9 +200,7 @@ struct BlockCacheTests {
     func packedEvicted() throws {
         try withCache { cache in
             let dir = cache.directory
-            for i in 0..<40 {
-                #expect(cache.adopt(etag: "e\(i)", file: try Self.copy(dir, UInt8(i + 1), 4000), size: 4000) == .packed)
-            }
+            try Self.adoptPacked(cache, "e", count: 40)
             let bytes = cache.statistics.bytes
             #expect(bytes > 0 && bytes <= Int64(16 * Self.blockSize), "\(bytes)")
             let left = (0..<40).filter { cache.segment(etag: "e\($0)", range: 0..<1) != nil }
@@ -212,10 +218,7 @@ struct BlockCacheTests {
     @Test("packed files and the blocks of files of their own are evicted together, least recently used first: a packed file read since stays, those not read go before older blocks")
     func packedAndBlocksByLastUse() throws {
         try withCache { cache in
-            let dir = cache.directory
-            for i in 0..<4 {
-                #expect(cache.adopt(etag: "p\(i)", file: try Self.copy(dir, UInt8(i + 1), 4000), size: 4000) == .packed)
-            }
+            try Self.adoptPacked(cache, "p", count: 4)
             for b in 0..<4 { try Self.store(cache, etag: "big", block: Int64(b)) }
             #expect(cache.segment(etag: "p0", range: 0..<4000) != nil)
             // 16,000 + 16,384 bytes, then 10 blocks more: the ninth passes the 65,536 of the

@@ -51,7 +51,7 @@ public final class BlockCache: Sendable {
     /// that table held 100,000 keys, 8 MB in its 262,144 slots).
     struct Slot: Equatable {
         var offset: Int64
-        var use: UInt64 = 0
+        var use: UInt64
         private var _pages: UInt32
         private var _length: UInt32
         var pages: Int { Int(_pages) }
