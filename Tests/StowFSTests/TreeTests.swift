@@ -457,4 +457,25 @@ struct ForgetTests {
             #expect(try await h.names("d") == ["f"])
         }
     }
+
+    @Test("a record read by a request sent before the change feed named its inode (a listing on its way while another client rewrote the file) is not trusted: the next stat asks the server")
+    func recordOlderThanTheFeed() async throws {
+        let store = InMemoryObjectStore(namespaces: [ns])
+        _ = try await store.upload(.bytes(ByteBuffer(string: "one")), size: 3, to: ns, try StoragePath("f"))
+        try await withEngine(store: store) { h in
+            #expect(try await h.names("") == ["f"])
+            let ino = try await h.resolve("f")
+            let old = try await store.record(ns, try StoragePath("f"))
+            // The listing's request goes out; another client rewrites f; the feed says so; then the
+            // listing's answer (the old record) arrives.
+            let sent = ContinuousClock.now
+            _ = try await store.upload(.bytes(ByteBuffer(string: "longer")), size: 6, to: ns, try StoragePath("f"))
+            _ = h.fs.apply([ChangeRecord(cursor: "c1.0", kind: .inode, parent: nil, name: nil, ino: old.inode, removed: false, origin: "another")])
+            h.fs.state.withLock { s in _ = h.fs.upsert(&s, old, parent: .root, name: "f", observedAt: sent) }
+            #expect(h.fs.attributesCached(ino) == nil, "the old record's attributes were trusted")
+            #expect(try await h.fs.getattr(ino).size == 6)
+            // A record read after the change is trusted as usual.
+            #expect(h.fs.attributesCached(ino)?.size == 6)
+        }
+    }
 }

@@ -255,6 +255,7 @@ extension StowFileSystem {
                     add(.entry(parent: p, name: FileName(name)))
                     add(.inode(p))
                 case .inode:
+                    s.feedNamed[c.ino] = .now
                     if let i = s.byRemote[c.ino], let file = dropCleanCopy(&s, i) { released.append(file) }
                     guard let i = s.byRemote[c.ino], let e = s.inodes[i], !e.hasLocalState else { continue }
                     s.inodes[i]?.validUntil = Self.forcedStale
@@ -274,6 +275,11 @@ extension StowFileSystem {
             if s.namedBeforeKnown.count > 4096 {
                 let old = ContinuousClock.now - .seconds(60)
                 s.namedBeforeKnown = s.namedBeforeKnown.filter { $0.value > old }
+            }
+            if s.feedNamed.count > 4096 {
+                // Only a read sent before a change can bring what it changed back.
+                let oldest = s.readsInFlight.values.min() ?? .now
+                s.feedNamed = s.feedNamed.filter { $0.value >= oldest }
             }
         }
         if counted {

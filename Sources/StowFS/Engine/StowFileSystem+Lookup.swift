@@ -342,9 +342,12 @@ extension StowFileSystem {
         // Attributes read now, for this page only: the listing kept with the open folder has none
         // (with them, a folder of 100,000 held 17 MB for as long as it was open). A name whose
         // inode went meanwhile (unlinked, or let go of) goes without them: the kernel looks it up.
+        // So does one whose attributes the change feed said changed since they were read: a
+        // listing the feed holds still names it, but gave the kernel its old size for the whole
+        // TTL (`ls -l` after another mount rewrote a file showed the old size).
         state.withLock { s in
             for i in out.indices where out[i].offset > 2 {
-                out[i].entry = s.inodes.read(out[i].ino) { e in e.unlinked ? nil : entry(e) } ?? nil
+                out[i].entry = s.inodes.read(out[i].ino) { e in e.unlinked || (e.validUntil == Self.forcedStale && !e.hasLocalState) ? nil : entry(e) } ?? nil
             }
         }
         return out

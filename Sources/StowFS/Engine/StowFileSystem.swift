@@ -304,6 +304,10 @@ public final class StowFileSystem: Sendable {
         /// is known only once its `makeFolder` answers, and a change in it meanwhile would be lost
         /// — then the folder is not taken as empty (`mkdir`). Kept a minute.
         var namedBeforeKnown: [UInt64: ContinuousClock.Instant] = [:]
+        /// Server inodes the change feed named (their content or attributes changed elsewhere),
+        /// known here or not, and when: a record read by a request sent before then (a listing on
+        /// its way when the change came) is not trusted (`upsert`). Pruned as reads end.
+        var feedNamed: [UInt64: ContinuousClock.Instant] = [:]
         /// Uploads recovered from the journal that no inode has claimed yet.
         var recovered: [Location: UploadJournal.Record] = [:]
         /// Deletes owed to the server (unlinks queued), by the server inode they delete, and those
@@ -503,7 +507,12 @@ public final class StowFileSystem: Sendable {
     /// - Parameter observedAt: when the request that brought `r` was sent. A record observed before
     ///   this mount last changed the inode is older than what the mount shows: only its identity is taken.
     func upsert(_ s: inout State, _ r: some EntryRecord, parent: InodeNumber, name: String, observedAt: ContinuousClock.Instant? = nil) -> InodeNumber {
-        let validUntil = ContinuousClock.now + configuration.attributeTTL
+        // A record read by a request sent before the feed named its inode may be from before the
+        // change: taken, but not trusted (the next lookup or stat asks again). Else a listing on
+        // its way when another client rewrote a file put the old size back, and a listing the
+        // feed holds answered with it for as long as it stood (and a kept tree kept it).
+        let namedSince = observedAt.flatMap { o in s.feedNamed[r.inode].map { $0 >= o } } ?? false
+        let validUntil = namedSince ? Self.forcedStale : ContinuousClock.now + configuration.attributeTTL
         if let ino = s.byRemote[r.inode], var e = s.inodes[ino], e.kind == r.kind,
             let observedAt, let changed = e.changedAt, changed >= observedAt
         {
