@@ -369,3 +369,11 @@ long long CStowSystem_raise_file_limit(void) {
     }
     return rl.rlim_cur == RLIM_INFINITY ? (long long)1 << 40 : (long long)rl.rlim_cur;
 }
+
+int CStowSystem_release_free_memory(void) {
+#ifdef __GLIBC__
+    return malloc_trim(0);
+#else
+    return 0;
+#endif
+}

@@ -610,9 +610,10 @@ enum RecordKey: Int {
 
 /// The keys of one object read so far: a key given twice is left to JSONDecoder (which keeps the
 /// first; this reader would keep the last).
-struct SeenKeys {
+package struct SeenKeys {
     var bits: UInt64 = 0
-    mutating func first(_ index: Int) throws(JSONReader.Failure) {
+    package init() {}
+    package mutating func first(_ index: Int) throws(JSONReader.Failure) {
         let bit: UInt64 = 1 << UInt64(index)
         guard bits & bit == 0 else { throw JSONReader.Failure() }
         bits |= bit
@@ -621,14 +622,16 @@ struct SeenKeys {
 
 /// A strict reader of JSON text, over bytes it does not own. Every read checks its bounds and
 /// throws `Failure` on anything unexpected; it never traps.
-struct JSONReader {
-    struct Failure: Error {}
+package struct JSONReader {
+    package struct Failure: Error {
+        package init() {}
+    }
 
-    let bytes: UnsafeRawBufferPointer
-    var at = 0
+    package let bytes: UnsafeRawBufferPointer
+    package var at = 0
     var depth = 0
 
-    init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+    package init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
 
     /// Reads one value with `body`, then nothing but white space may follow.
     mutating func whole<T>(_ body: (inout JSONReader) throws(Failure) -> T) throws(Failure) -> T {
@@ -638,7 +641,7 @@ struct JSONReader {
         return value
     }
 
-    mutating func skipSpace() {
+    package mutating func skipSpace() {
         while at < bytes.count {
             switch bytes[at] {
             case 0x20, 0x0A, 0x0D, 0x09: at += 1
@@ -648,18 +651,18 @@ struct JSONReader {
     }
 
     /// The next byte that is not white space (not consumed).
-    mutating func peek() throws(Failure) -> UInt8 {
+    package mutating func peek() throws(Failure) -> UInt8 {
         skipSpace()
         guard at < bytes.count else { throw Failure() }
         return bytes[at]
     }
 
-    mutating func take(_ byte: UInt8) throws(Failure) {
+    package mutating func take(_ byte: UInt8) throws(Failure) {
         guard try peek() == byte else { throw Failure() }
         at += 1
     }
 
-    mutating func literal(_ word: StaticString) throws(Failure) {
+    package mutating func literal(_ word: StaticString) throws(Failure) {
         skipSpace()
         let n = word.utf8CodeUnitCount
         guard bytes.count - at >= n else { throw Failure() }
@@ -670,11 +673,11 @@ struct JSONReader {
 
     /// A key of an object. Keys without escapes are compared as the bytes they are (no String is
     /// made for each of a record's 28 keys).
-    struct Key {
+    package struct Key {
         let raw: UnsafeRawBufferPointer?
         let decoded: String?
 
-        static func == (key: Key, name: StaticString) -> Bool {
+        package static func == (key: Key, name: StaticString) -> Bool {
             name.withUTF8Buffer { n in
                 // memcmp: a record's keys are matched against up to 29 names each.
                 if let raw = key.raw { return raw.count == n.count && (n.count == 0 || memcmp(raw.baseAddress!, n.baseAddress!, n.count) == 0) }
@@ -682,9 +685,9 @@ struct JSONReader {
             }
         }
 
-        static func ~= (name: StaticString, key: Key) -> Bool { key == name }
+        package static func ~= (name: StaticString, key: Key) -> Bool { key == name }
 
-        var string: String { decoded ?? String(decoding: raw!, as: UTF8.self) }
+        package var string: String { decoded ?? String(decoding: raw!, as: UTF8.self) }
     }
 
     /// An object's key: its bytes when it has no escape and is valid UTF-8, else decoded.
@@ -703,7 +706,7 @@ struct JSONReader {
     }
 
     /// `{ "key": value, … }`: `body` reads each value (or skips it).
-    mutating func object(_ body: (inout JSONReader, Key) throws(Failure) -> Void) throws(Failure) {
+    package mutating func object(_ body: (inout JSONReader, Key) throws(Failure) -> Void) throws(Failure) {
         try take(UInt8(ascii: "{"))
         depth += 1
         guard depth <= 64 else { throw Failure() }
@@ -723,7 +726,7 @@ struct JSONReader {
         depth -= 1
     }
 
-    mutating func array(_ body: (inout JSONReader) throws(Failure) -> Void) throws(Failure) {
+    package mutating func array(_ body: (inout JSONReader) throws(Failure) -> Void) throws(Failure) {
         try take(UInt8(ascii: "["))
         depth += 1
         guard depth <= 64 else { throw Failure() }
@@ -750,7 +753,7 @@ struct JSONReader {
         return try body(&self)
     }
 
-    mutating func bool() throws(Failure) -> Bool {
+    package mutating func bool() throws(Failure) -> Bool {
         if try peek() == UInt8(ascii: "t") {
             try literal("true")
             return true
@@ -760,7 +763,7 @@ struct JSONReader {
     }
 
     /// An integer: an optional minus and digits, no leading zero, no fraction or exponent.
-    mutating func int64() throws(Failure) -> Int64 {
+    package mutating func int64() throws(Failure) -> Int64 {
         var negative = false
         if try peek() == UInt8(ascii: "-") {
             negative = true
@@ -775,7 +778,7 @@ struct JSONReader {
         return v
     }
 
-    mutating func uint64() throws(Failure) -> UInt64 {
+    package mutating func uint64() throws(Failure) -> UInt64 {
         _ = try peek()
         return try digits()
     }
@@ -795,7 +798,7 @@ struct JSONReader {
         return value
     }
 
-    mutating func string() throws(Failure) -> String {
+    package mutating func string() throws(Failure) -> String {
         try take(UInt8(ascii: "\""))
         let start = at
         // Most strings have no escape: taken as they are. Most are ASCII too, which needs no
@@ -880,11 +883,11 @@ struct JSONReader {
         return out
     }
 
-    mutating func strings() throws(Failure) -> [String] {
+    package mutating func strings() throws(Failure) -> [String] {
         try list { r throws(Failure) in try r.string() }
     }
 
-    mutating func stringMap() throws(Failure) -> [String: String] {
+    package mutating func stringMap() throws(Failure) -> [String: String] {
         var out: [String: String] = [:]
         try object { r, key throws(Failure) in
             let k = key.string
@@ -895,7 +898,7 @@ struct JSONReader {
     }
 
     /// Passes over one value of any kind.
-    mutating func skipValue() throws(Failure) {
+    package mutating func skipValue() throws(Failure) {
         switch try peek() {
         case UInt8(ascii: "{"): try object { r, _ throws(Failure) in try r.skipValue() }
         case UInt8(ascii: "["): try array { r throws(Failure) in try r.skipValue() }

@@ -179,6 +179,44 @@ struct CoherenceMountTests {
         }
     }
 
+    @Test("a file another mount rewrote shows its new size in ls -l of a folder the feed holds, at once and from the kept tree of B's next mount; a new name shows too")
+    func keptTreeKeepsWhatTheFeedNamed() async throws {
+        try await withTwoMounts(extra: Self.ttl) { a, b in
+            try await Task.sleep(for: .seconds(1))
+            try a.sh("mkdir \(a.mountpoint)/k \(a.mountpoint)/l \(a.mountpoint)/n && for d in k l; do echo one > \(a.mountpoint)/$d/f; echo two > \(a.mountpoint)/$d/g; done && echo x > \(a.mountpoint)/n/x")
+            _ = try a.stowfs(["sync", a.mountpoint])
+            #expect(try await Self.eventually { (try? b.sh("ls \(b.mountpoint)/k \(b.mountpoint)/l \(b.mountpoint)/n | wc -l")) == "10" } != nil)
+            // B lists the folders and reads the sizes once the feed brought A's changes.
+            try await Task.sleep(for: .seconds(1))
+            #expect(try b.sh("ls -l \(b.mountpoint)/k \(b.mountpoint)/l \(b.mountpoint)/n > /dev/null && stat -c %s \(b.mountpoint)/k/f \(b.mountpoint)/l/f") == "4\n4")
+            // A rewrites both f (their inodes change; the folders' names do not) and adds a name
+            // to n. B's feed names all three.
+            func applied() -> Int? {
+                guard let text = try? b.stowfs(["status", b.mountpoint]), let r = text.range(of: " change(s) of others applied") else { return nil }
+                return Int(text[..<r.lowerBound].split(separator: " ").last ?? "")
+            }
+            let before = applied() ?? -1
+            try a.sh("echo a-longer-line > \(a.mountpoint)/k/f && echo a-longer-line > \(a.mountpoint)/l/f && echo three > \(a.mountpoint)/n/h")
+            _ = try a.stowfs(["sync", a.mountpoint])
+            #expect(try await Self.eventually { (applied() ?? -1) >= before + 3 } != nil, "B's feed did not bring A's changes: \(Self.diagnosis(b))")
+            // Now: `ls -l` of l, still held by the feed, shows f's new size — also once the kernel
+            // forgot f (its inode made afresh from the listing, which gave the old size).
+            let listed = try b.sh("sync && echo 2 > /proc/sys/vm/drop_caches && ls -l \(b.mountpoint)/l | awk '$NF == \"f\" {print $5}'")
+            #expect(listed == "14", "ls -l of a held folder showed a rewritten file's old size: \(listed)")
+            // B reads nothing of k or n again before its clean unmount; then mounts again.
+            try b.unmountFS()
+            try b.mountFS(extra: Self.ttl)
+            // k was kept as listed (no listing asked), but f's attributes were not: its new size.
+            let browse = Self.requestCount(b, routes: "/browse")
+            let counts = try b.sh("x=$(\(browse)) && ls \(b.mountpoint)/k > /dev/null && echo $x $(\(browse))").split(separator: " ")
+            #expect(counts.count == 2 && counts[0] == counts[1], "k's kept listing was not used: \(counts)")
+            #expect(try b.sh("ls -l \(b.mountpoint)/k | awk '$NF == \"f\" {print $5}'") == "14", "B's kept tree showed f's size from before A's rewrite")
+            #expect(try b.sh("stat -c %s \(b.mountpoint)/k/f") == "14")
+            #expect(try b.sh("cat \(b.mountpoint)/k/f") == "a-longer-line")
+            #expect(try b.sh("ls \(b.mountpoint)/n") == "h\nx", "B's kept tree hid A's new name")
+        }
+    }
+
     @Test("the kernel forgetting what a listing the feed holds names (drop_caches) costs no request: the next ls -l and stat are answered by the mount")
     func heldListingOutlivesForget() async throws {
         try await withTwoMounts(extra: ["--attr-ttl", "1"]) { a, b in

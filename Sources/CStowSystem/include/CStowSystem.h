@@ -24,6 +24,12 @@ int CStowSystem_syncfs(int fd);
 /// Returns 1 on success (0 where malloc is not glibc's).
 int CStowSystem_fix_mmap_threshold(int bytes);
 
+/// Gives the heap's free pages back to the system (glibc's malloc_trim(0), every arena): after a
+/// burst of short-lived allocations (a kept tree of 100,000 names read at a mount's start), the
+/// freed memory otherwise stays resident. Returns 1 if memory was released (0 where malloc is not
+/// glibc's, or nothing was).
+int CStowSystem_release_free_memory(void);
+
 /// Where the data of `fd` ends: the end of its last data region (SEEK_DATA / SEEK_HOLE), so a
 /// file whose tail is a hole (extended by truncate) reports less than its size. -1 with errno
 /// on failure; the size where the filesystem does not report holes.

@@ -109,7 +109,8 @@ extension StowFileSystem {
     }
 
     func followChanges(_ ns: Namespace) async {
-        var cursor: String?
+        // From where the kept listings were brought up to date (`catchUpKept`), if they were.
+        var cursor: String? = feed.value.withLock { $0.status.cursor }
         var delay = Duration.milliseconds(250)
         while !Task.isCancelled {
             do {
@@ -138,7 +139,11 @@ extension StowFileSystem {
                 if let e = error as? StorageError, e.kind == .notFound {
                     // A server without a feed (or the namespace is gone): the TTLs alone, as before.
                     logger.info("change feed: not available (\(e)); changes of other mounts show after the attribute TTL")
-                    feed.value.withLock { $0.status.lastError = "the server has no change feed" }
+                    feed.value.withLock { v in
+                        // (Also as a mount that kept its listings from the last unmount took it to be.)
+                        v.status.connected = false
+                        v.status.lastError = "the server has no change feed"
+                    }
                     return
                 }
                 feed.value.withLock { v in

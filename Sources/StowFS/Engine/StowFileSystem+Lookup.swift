@@ -418,6 +418,8 @@ extension StowFileSystem {
     /// feed is followed only once the mount is there, and does not bring what came before.) A
     /// listing that takes longer than `limit` is given up.
     public func listRootAhead(within limit: Duration) async {
+        // The listing kept at the last unmount, brought up to date through the feed, stands already.
+        if state.withLock({ s in s.inodes[.root]?.directory.map { $0.complete && $0.heldByFeed } ?? false }) { return }
         do {
             let complete = try await Self.within(limit) { () async throws -> Bool in try await self.refreshDirectory(.root, cap: Self.lookupListingCap) }
             state.withLock { s in
