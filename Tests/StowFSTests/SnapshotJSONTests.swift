@@ -209,4 +209,52 @@ struct SnapshotJSONTests {
             }
         }
     }
+
+    @Test("a kept tree trusted online: its held folders stand, its stale items do not; a tree naming a parent it has not restored, or an item twice, is not trusted at all")
+    func trustedRestore() throws {
+        let dir = FileManager.default.temporaryDirectory.path + "/stowfs-tree-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        func item(_ ino: UInt64, parent: UInt64, _ name: String, _ kind: NodeKind, held: Bool? = nil, stale: Bool? = nil) -> Item {
+            Item(
+                ino: ino, parent: parent, name: name, kind: kind, mode: 0o644, uid: 0, gid: 0, size: 1, nlink: 1, atimeNs: 0, mtimeNs: 0, ctimeNs: 0,
+                rdev: 0, remoteIno: ino + 100, etag: "e\(ino)", id: "\(ino)", tags: [], metadata: [:], contentType: nil, isPublic: false, target: nil,
+                complete: kind == .directory ? true : nil, held: held, stale: stale)
+        }
+        func restored(_ items: [Item]) throws -> StowFileSystem.State? {
+            let snapshot = StowFileSystem.TreeSnapshot(
+                namespace: "n", rootRemote: 10, rootComplete: true, savedNs: 0, items: items, feedCursor: "c1.0", namespaceCreatedOn: "t", rootHeld: true)
+            var bytes: [UInt8] = []
+            StowFileSystem.snapshotJSON(snapshot, chunk: 1 << 20) { bytes += $0 }
+            let path = dir + "/tree.json"
+            _ = FileManager.default.createFile(atPath: path, contents: Data(bytes))
+            var itemsAt = 0
+            let header = try #require(bytes.withUnsafeBytes { StowFileSystem.TreeSnapshot.read($0, items: false, itemsAt: &itemsAt) { _ in } })
+            var s = StowFileSystem.State()
+            let now = TimeSpec.now
+            s.inodes[.root] = StowFileSystem.InodeEntry(
+                ino: .root, parent: 0, name: "",
+                attributes: FileAttributes(ino: .root, kind: .directory, mode: 0o755, uid: 0, gid: 0, size: 0, nlink: 2, atime: now, mtime: now, ctime: now),
+                validUntil: .now, remote: StowFileSystem.RemoteInfo(ino: 10, etag: ""), directory: StowFileSystem.DirectoryState())
+            s.byRemote[10] = .root
+            let tree = StowFileSystem.KeptTree(path: path, header: header, itemsAt: itemsAt)
+            return StowFileSystem.restoreKept(tree, into: &s, trustedFor: .seconds(60)) ? s : nil
+        }
+        let sound = [
+            item(2, parent: 1, "held", .directory, held: true), item(3, parent: 1, "other", .directory),
+            item(4, parent: 2, "fresh", .file), item(5, parent: 2, "stale", .file, stale: true), item(6, parent: 3, "x", .file),
+        ]
+        let s = try #require(try restored(sound))
+        let held = try #require(s.byRemote[102]), other = try #require(s.byRemote[103])
+        #expect(s.inodes[held]?.directory?.heldByFeed == true && s.inodes[held]?.directory?.complete == true)
+        #expect(s.inodes[other]?.directory?.heldByFeed == false && s.inodes[other]?.directory?.complete == false)
+        #expect(s.inodes[.root]?.directory?.heldByFeed == true)
+        let fresh = try #require(s.byRemote[104]), stale = try #require(s.byRemote[105]), x = try #require(s.byRemote[106])
+        #expect(s.inodes[fresh]!.validUntil > .now, "a name of a held folder is trusted as listed")
+        #expect(s.inodes[stale]!.validUntil == StowFileSystem.forcedStale, "a name the feed named is not")
+        #expect(s.inodes[x]!.validUntil <= .now, "a name of a folder not held is not")
+        // Damaged: an item whose parent comes after it (or never), an item number twice.
+        #expect(try restored([item(4, parent: 2, "orphan", .file), item(2, parent: 1, "held", .directory, held: true)]) == nil)
+        #expect(try restored(sound + [item(4, parent: 3, "again", .file)]) == nil)
+    }
 }

@@ -476,6 +476,11 @@ struct ForgetTests {
             #expect(try await h.fs.getattr(ino).size == 6)
             // A record read after the change is trusted as usual.
             #expect(h.fs.attributesCached(ino)?.size == 6)
+            // The answer to a change of this mount's (no known start) within a minute of the feed
+            // naming the inode is not trusted either.
+            _ = h.fs.apply([ChangeRecord(cursor: "c2.0", kind: .inode, parent: nil, name: nil, ino: old.inode, removed: false, origin: "another")])
+            h.fs.state.withLock { s in _ = h.fs.upsert(&s, old, parent: .root, name: "f") }
+            #expect(h.fs.attributesCached(ino) == nil, "an answer of unknown age was trusted after the feed named the inode")
         }
     }
 }

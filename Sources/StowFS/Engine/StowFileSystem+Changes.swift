@@ -281,10 +281,12 @@ extension StowFileSystem {
                 let old = ContinuousClock.now - .seconds(60)
                 s.namedBeforeKnown = s.namedBeforeKnown.filter { $0.value > old }
             }
-            if s.feedNamed.count > 4096 {
-                // Only a read sent before a change can bring what it changed back.
-                let oldest = s.readsInFlight.values.min() ?? .now
+            if s.feedNamed.count > s.feedNamedPruneAt {
+                // Only a read sent before a change can bring what it changed back (and a record
+                // whose request's start is not known, within `feedNamedWindow`).
+                let oldest = min(s.readsInFlight.values.min() ?? .now, ContinuousClock.now - Self.feedNamedWindow)
                 s.feedNamed = s.feedNamed.filter { $0.value >= oldest }
+                s.feedNamedPruneAt = max(4096, s.feedNamed.count * 2)
             }
         }
         if counted {

@@ -503,6 +503,7 @@ extension StowFileSystem {
             var trial = s
             var restorer = Restorer(tree.header, into: &trial, trustedFor: ttl)
             if streamItems(atPath: tree.path, from: itemsAt, { restorer.add($0, into: &trial) }) {
+                guard !(restorer.damaged && ttl != nil) else { return false }
                 s = trial
                 return true
             }
@@ -510,7 +511,9 @@ extension StowFileSystem {
         guard let data = FileManager.default.contents(atPath: tree.path), let snapshot = try? JSONDecoder().decode(TreeSnapshot.self, from: data),
             snapshot.header == tree.header
         else { return false }
-        restore(snapshot, into: &s, trustedFor: ttl)
+        var trial = s
+        guard restore(snapshot, into: &trial, trustedFor: ttl) || ttl == nil else { return false }
+        s = trial
         return true
     }
 
@@ -519,6 +522,7 @@ extension StowFileSystem {
     /// `chunk` bytes at a time, handing each item to `body` as it is read. False when anything
     /// is not as `snapshotJSON` writes it (`body` may have been called by then).
     static func streamItems(atPath path: String, from offset: Int, chunk: Int = 4 << 20, _ body: (TreeSnapshot.Item) -> Void) -> Bool {
+        precondition(chunk > 0)
         let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return false }
         defer { Glibc.close(fd) }
@@ -610,9 +614,12 @@ extension StowFileSystem {
     /// `catchUpKept`): the listings the feed held stand as a listing just taken does — complete,
     /// held by the feed, their names' attributes trusted for that long — unless `stale`. Every other
     /// folder and name is stale, as offline. The changes read since are applied after this.
-    static func restore(_ snapshot: TreeSnapshot, into s: inout State, trustedFor ttl: Duration? = nil) {
+    /// Returns false when the tree was damaged (`Restorer.damaged`).
+    @discardableResult
+    static func restore(_ snapshot: TreeSnapshot, into s: inout State, trustedFor ttl: Duration? = nil) -> Bool {
         var restorer = Restorer(snapshot.header, into: &s, trustedFor: ttl)
         for item in snapshot.items { restorer.add(item, into: &s) }
+        return !restorer.damaged
     }
 
     /// A kept tree put into a state item by item (parents before children), as `restore` says.
@@ -621,6 +628,10 @@ extension StowFileSystem {
         var held: Set<InodeNumber> = []
         let now = ContinuousClock.now
         let ttl: Duration?
+        /// An item named a parent not restored before it, or an item number twice: the writer never
+        /// does (parents first, each once), so the tree is damaged, and a folder it held may lack
+        /// a name. Offline the rest is still used (stale anyway); online none of it is trusted.
+        var damaged = false
 
         init(_ header: TreeSnapshot.Header, into s: inout State, trustedFor ttl: Duration?) {
             self.ttl = ttl
@@ -637,7 +648,10 @@ extension StowFileSystem {
         }
 
         mutating func add(_ item: TreeSnapshot.Item, into s: inout State) {
-            guard let parent = mapped[item.parent], s.inodes[parent]?.directory != nil else { return }
+            guard let parent = mapped[item.parent], s.inodes[parent]?.directory != nil, mapped[item.ino] == nil else {
+                damaged = true
+                return
+            }
             // The tree is this mount's own file, but a damaged one must not stop the mount: a size
             // past Int64 (no server's file has one) trapped every read and `stat` of the file,
             // which take it as a signed offset. Such an item is left out, and its folder is then

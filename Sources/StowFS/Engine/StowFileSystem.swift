@@ -311,6 +311,9 @@ public final class StowFileSystem: Sendable {
         /// known here or not, and when: a record read by a request sent before then (a listing on
         /// its way when the change came) is not trusted (`upsert`). Pruned as reads end.
         var feedNamed: [UInt64: ContinuousClock.Instant] = [:]
+        /// `feedNamed` is pruned when it passes this size (then twice what was left, at least 4,096):
+        /// a read that stays in flight keeps what is newer, and each batch would filter it all again.
+        var feedNamedPruneAt = 4096
         /// Uploads recovered from the journal that no inode has claimed yet.
         var recovered: [Location: UploadJournal.Record] = [:]
         /// Deletes owed to the server (unlinks queued), by the server inode they delete, and those
@@ -525,6 +528,8 @@ public final class StowFileSystem: Sendable {
     /// `validUntil` of an inode expired on purpose (the feed named it, or the mount needs the
     /// server's answer): unlike one whose TTL ran out, never trusted from a standing listing.
     /// (As a record keeps it, so that the two compare equal.)
+    /// How far back a change the feed named counts against a record whose request's start is not known.
+    static let feedNamedWindow: Duration = .seconds(60)
     static let forcedStale: ContinuousClock.Instant = Moment(.now - .seconds(365 * 86_400)).instant
 
     func defaultMode(_ kind: NodeKind) -> UInt32 {
@@ -558,7 +563,10 @@ public final class StowFileSystem: Sendable {
         // change: taken, but not trusted (the next lookup or stat asks again). Else a listing on
         // its way when another client rewrote a file put the old size back, and a listing the
         // feed holds answered with it for as long as it stood (and a kept tree kept it).
-        let namedSince = observedAt.flatMap { o in s.feedNamed[r.inode].map { $0 >= o } } ?? false
+        // Without `observedAt` (the answer to a change of this mount's: chmod, truncate, a
+        // folder's record), a change named within `feedNamedWindow` counts: the request may have
+        // been sent before it.
+        let namedSince = s.feedNamed[r.inode].map { named in named >= (observedAt ?? ContinuousClock.now - Self.feedNamedWindow) } ?? false
         let validUntil = namedSince ? Self.forcedStale : ContinuousClock.now + configuration.attributeTTL
         if let ino = s.byRemote[r.inode], var e = s.inodes[ino], e.kind == r.kind,
             let observedAt, let changed = e.changedAt, changed >= observedAt
