@@ -483,4 +483,31 @@ struct ForgetTests {
             #expect(h.fs.attributesCached(ino) == nil, "an answer of unknown age was trusted after the feed named the inode")
         }
     }
+
+    @Test("in a folder whose listing the feed holds, a file the feed named (rewritten elsewhere) is looked up by its one record, not by listing the folder again")
+    func namedFileAskedAlone() async throws {
+        let store = InMemoryObjectStore(namespaces: [ns])
+        for i in 0..<20 { _ = try await store.upload(.bytes(ByteBuffer(string: "\(i)")), size: Int64("\(i)".utf8.count), to: ns, try StoragePath("d/f\(i)")) }
+        let counting = FaultInjectingObjectStore(wrapping: store)
+        try await withEngine(store: counting) { h in
+            // As if the feed were followed and answering (this store has none).
+            h.fs.feed.value.withLock { v in
+                v.status.connected = true
+                v.lastAnswer = .now
+            }
+            #expect(try await h.names("d").count == 20)
+            let folder = try await h.resolve("d")
+            #expect(h.fs.state.withLock { $0.inodes[folder]?.directory?.heldByFeed } == true)
+            let f3 = try await store.record(ns, try StoragePath("d/f3"))
+            _ = try await store.upload(.bytes(ByteBuffer(string: "rewritten")), size: 9, to: ns, try StoragePath("d/f3"))
+            _ = h.fs.apply([ChangeRecord(cursor: "c1.0", kind: .inode, parent: nil, name: nil, ino: f3.inode, removed: false, origin: "another")])
+            let lists = counting.calls(of: .list), records = counting.calls(of: .record)
+            #expect(try await h.fs.lookup(parent: folder, name: "f3").attributes.size == 9)
+            #expect(counting.calls(of: .list) == lists, "the folder was listed again for one file the feed named")
+            #expect(counting.calls(of: .record) == records + 1)
+            // Its other names still answer from the listing.
+            #expect(try await h.fs.lookup(parent: folder, name: "f4").attributes.size == 1)
+            #expect(counting.calls(of: .list) == lists && counting.calls(of: .record) == records + 1)
+        }
+    }
 }

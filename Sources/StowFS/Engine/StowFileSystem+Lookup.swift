@@ -92,6 +92,10 @@ extension StowFileSystem {
             guard var dir = s.inodes[parent]?.directory else { return (false, true) }
             let now = ContinuousClock.now
             let tooLarge = dir.tooLargeToListUntil.map { $0 > now } ?? false
+            // A name of a listing the feed still holds: the feed named the file, not the folder
+            // (another client rewrote it), so only its record is asked for. (It listed the whole
+            // folder: a `stat` of a file rewritten elsewhere cost a listing of up to 5,000 names.)
+            if location.namespace != nil, dir.heldByFeed, dir.stands(now: now, feedHolds: holds), dir.children[name] != nil { return (tooLarge, false) }
             // The root of an all-namespaces mount lists its namespaces; there is no one name to ask for.
             guard location.namespace != nil, !dir.everListed, !dir.complete else { return (tooLarge, true) }
             let run = dir.loneLookupAt.map { now - $0 < Self.listAfterLoneLookupWithin } == true ? Int(dir.loneLookups) + 1 : 1
