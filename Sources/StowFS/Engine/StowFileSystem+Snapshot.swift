@@ -346,8 +346,8 @@ extension StowFileSystem {
         return found
     }
 
-    /// A snapshot as JSON that `readSnapshot`'s JSONDecoder reads, handed to `emit` in pieces of
-    /// about `chunk` bytes.
+    /// A snapshot as JSON that `TreeSnapshot.read` (and JSONDecoder) reads, handed to `emit` in
+    /// pieces of about `chunk` bytes.
     static func snapshotJSON(_ snapshot: TreeSnapshot, chunk: Int, _ emit: ([UInt8]) -> Void) {
         snapshotJSON(
             namespace: snapshot.namespace, rootRemote: snapshot.rootRemote, rootComplete: snapshot.rootComplete, savedNs: snapshot.savedNs,
@@ -647,6 +647,12 @@ extension StowFileSystem {
             s.inodes[ino]?.directory?.validUntil = now + ttl
         }
 
+        /// A name of `parent` left out: the folder is no longer whole, nor held.
+        mutating func leftOut(from parent: InodeNumber, _ s: inout State) {
+            s.inodes[parent]?.directory?.complete = false
+            if held.remove(parent) != nil { s.inodes[parent]?.directory?.expire() }
+        }
+
         mutating func add(_ item: TreeSnapshot.Item, into s: inout State) {
             guard let parent = mapped[item.parent], s.inodes[parent]?.directory != nil, mapped[item.ino] == nil else {
                 damaged = true
@@ -656,18 +662,10 @@ extension StowFileSystem {
             // past Int64 (no server's file has one) trapped every read and `stat` of the file,
             // which take it as a signed offset. Such an item is left out, and its folder is then
             // no longer complete (a name is missing from it).
-            guard item.size <= UInt64(Int64.max) else {
-                s.inodes[parent]?.directory?.complete = false
-                if held.remove(parent) != nil { s.inodes[parent]?.directory?.expire() }
-                return
-            }
+            guard item.size <= UInt64(Int64.max) else { return leftOut(from: parent, &s) }
             // A server inode restored already (the root, or an item named twice in a damaged tree)
             // is left out: the feed's changes of it must reach the one inode that has it.
-            guard s.byRemote[item.remoteIno] == nil else {
-                s.inodes[parent]?.directory?.complete = false
-                if held.remove(parent) != nil { s.inodes[parent]?.directory?.expire() }
-                return
-            }
+            guard s.byRemote[item.remoteIno] == nil else { return leftOut(from: parent, &s) }
             let ino = inodeNumber(forRemote: item.remoteIno, &s)
             mapped[item.ino] = ino
             let validUntil: ContinuousClock.Instant =
