@@ -30,6 +30,7 @@ public final class FaultInjectingObjectStore: ObjectStore {
         var defaultLatency: Duration = .zero
         var offline = false
         var calls: [Operation: Int] = [:]
+        var readRanges: [Range<Int64>] = []
     }
 
     public let base: any ObjectStore
@@ -102,6 +103,9 @@ public final class FaultInjectingObjectStore: ObjectStore {
 
     /// How many times `op` was called.
     public func calls(of op: Operation) -> Int { state.withLock { $0.calls[op] ?? 0 } }
+
+    /// The byte ranges streamed reads asked for, in the order they were asked.
+    public var readRanges: [Range<Int64>] { state.withLock { $0.readRanges } }
 
     private func enter(_ op: Operation) async throws {
         let (delay, failure) = state.withLock { s -> (Duration, StorageError?) in
@@ -245,6 +249,7 @@ public final class FaultInjectingObjectStore: ObjectStore {
     /// a dropped connection.
     public func read(url: String, range: Range<Int64>, ifMatch: String?, consume: (ByteBuffer) throws -> Void) async throws -> Int64 {
         try await enter(.read)
+        state.withLock { $0.readRanges.append(range) }
         let result = try await base.read(url: url, range: range, ifMatch: ifMatch)
         guard takeDrop(.read) else {
             try consume(result.bytes)

@@ -41,6 +41,27 @@ struct ReadAndXattrTests {
         }
     }
 
+    @Test("GETs of read-ahead stay within aligned groups of blocks, as an object store's parts are")
+    func alignedGets() async throws {
+        let content = Self.bytes(400_000)
+        let base = InMemoryObjectStore(namespaces: [ns])
+        _ = try await base.upload(.bytes(ByteBuffer(bytes: content)), size: Int64(content.count), to: ns, try StoragePath("big.bin"))
+        let store = FaultInjectingObjectStore(wrapping: base)
+        try await withEngine(store: store, configure: { $0.maxBlocksPerRequest = 8; $0.maxReadAheadBlocks = 32 }) { h in
+            let got = try await h.read("big.bin")
+            #expect(got == content)
+            let group = Int64(8 * 4096)
+            let ranges = store.readRanges
+            #expect(ranges.count >= 400_000 / Int(group))
+            // None cuts across a boundary of 8 blocks; after the read-ahead reached its window,
+            // each starts on one.
+            let across = ranges.filter { $0.lowerBound / group != ($0.upperBound - 1) / group }
+            #expect(across.isEmpty, "GETs across a boundary of 8 blocks: \(across)")
+            let offBoundary = ranges.filter { $0.lowerBound % group != 0 && $0.lowerBound > 2 * group }
+            #expect(offBoundary.count <= 1, "GETs starting off a boundary past the first groups: \(offBoundary) of \(ranges)")
+        }
+    }
+
     @Test("a read whose connection drops midway goes on from the first missing block; two readers share each fetch")
     func droppedRead() async throws {
         let (content, base) = try await Self.storedBig()

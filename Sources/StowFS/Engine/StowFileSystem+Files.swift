@@ -607,11 +607,15 @@ extension StowFileSystem {
         return mine.filter { missing.contains($0) }
     }
 
-    /// Consecutive block numbers as runs of at most `maxBlocksPerRequest` (one GET each).
+    /// Consecutive block numbers as runs of at most `maxBlocksPerRequest` (one GET each), none
+    /// across a multiple of `maxBlocksPerRequest` blocks: a ranged GET aligned with the parts an
+    /// object store keeps (S3 multipart parts are a power of two MiB) costs the store less than
+    /// one that cuts three of them (SeaweedFS: 20% more CPU for 16 MiB ranges 3 MiB off).
     func runs(of sorted: [Int64]) -> [Range<Int64>] {
+        let most = Int64(max(1, configuration.maxBlocksPerRequest))
         var runs: [Range<Int64>] = []
         for i in sorted {
-            if let last = runs.last, last.upperBound == i, last.count < configuration.maxBlocksPerRequest {
+            if let last = runs.last, last.upperBound == i, i % most != 0 {
                 runs[runs.count - 1] = last.lowerBound..<(i + 1)
             } else {
                 runs.append(i..<(i + 1))
@@ -752,7 +756,12 @@ extension StowFileSystem {
         guard end < fileSize else { return }
         let bs = Int64(configuration.blockSize)
         let first = end / bs
-        let last = min((fileSize - 1) / bs, first + Int64(count) - 1)
+        var last = min((fileSize - 1) / bs, first + Int64(count) - 1)
+        // Up to the window's last boundary of a full GET (see `runs(of:)`), where it has one: the
+        // next prefetch then starts on that boundary, and every GET after the first is aligned.
+        let most = Int64(max(1, configuration.maxBlocksPerRequest))
+        let aligned = (last + 1) / most * most
+        if aligned > first, last < (fileSize - 1) / bs { last = aligned - 1 }
         guard first <= last else { return }
         let missing = blocks.missing(etag: etag, blocks: first..<(last + 1))
         guard !missing.isEmpty else { return }
