@@ -220,6 +220,37 @@ struct JournalTests {
         #expect(recovered.first { $0.id == h2 }?.cacheFile == dir + "/2")
     }
 
+    @Test("a power cut after a close changed a held record keeps that close's content, not a snapshot queued before it", arguments: [false, true])
+    func heldChangedAfterSnapshot(released: Bool) async throws {
+        let (dir, path) = Self.tempPath()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ns = try Namespace("held")
+        let f = Location(namespace: ns, path: try StoragePath("f"))
+        let (v1, v2) = (Data("version one".utf8), Data("version two".utf8))
+        let size = Int64(v1.count)
+        let store = InMemoryObjectStore(namespaces: [ns])
+        let queue = try UploadQueue(journal: try UploadJournal(path: path), store: store, parallelism: 1, chunkSize: 1 << 20, logger: Logger(label: "t"))
+        // Open on two descriptors: one closes (the held record, X), `stowfs sync` snapshots the
+        // file still open (a record after it, Y), then the last close changes X's content.
+        let held = try queue.enqueueHeld(location: f, cacheFile: dir + "/X", size: size, params: UploadParams(), contentType: nil, tags: nil, content: v1)
+        let snapshot = try await queue.enqueue(location: f, cacheFile: dir + "/Y", size: size, params: UploadParams(), contentType: nil, tags: nil)
+        #expect(snapshot > held)
+        try queue.updateHeldNow(held, size: size, params: UploadParams(), content: v2)
+        let durable = try Self.snapshot(path)
+        defer { try? FileManager.default.removeItem(atPath: (durable as NSString).deletingLastPathComponent) }
+        if released {
+            // The release that follows: not last in line, a new id, committed without waiting.
+            let requeued = try await queue.release(held, cacheFile: dir + "/X", size: size, params: UploadParams(), contentDurable: true)
+            #expect(requeued != held)
+        }
+        let after = try Self.afterPowerCut(durable: durable, log: path + "-close.log")
+        defer { try? FileManager.default.removeItem(atPath: after) }
+        let again = try UploadQueue(
+            journal: try UploadJournal(path: after + "/journal.sqlite"), store: store, parallelism: 1, chunkSize: 1 << 20, logger: Logger(label: "t"))
+        let recovered = await again.recovered
+        #expect(recovered.map(\.cacheFile) == [dir + "/X"], "the last close's content (X) was dropped as superseded; kept: \(recovered.map(\.cacheFile))")
+    }
+
     // MARK: - The close log
 
     /// A power cut, as the files show it after: SQLite's two files as they were at the last sync
@@ -596,5 +627,32 @@ struct JournalTests {
         #expect(records["content"]?.size == 7)
         #expect(records["gone"]?.size == 0)
         #expect(records["gone"]?.deletion == UploadJournal.Deletion(remoteIno: 7, ifMatch: "e7"))
+    }
+
+    @Test("a journaled session whose size no file has is dropped (the upload starts a new one); a sound one is kept")
+    func damagedSession() async throws {
+        let (dir, path) = Self.tempPath()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ns = try Namespace("damaged")
+        let store = InMemoryObjectStore(namespaces: [ns])
+        var ids: [String: Int64] = [:]
+        do {
+            let journal = try UploadJournal(path: path)
+            for name in ["sound", "huge"] {
+                let id = try journal.insert(
+                    location: Location(namespace: ns, path: try StoragePath(name)), cacheFile: dir + "/" + name, size: 10,
+                    params: UploadParams(), contentType: nil, tags: nil, patch: nil, state: .held)
+                let session = try await store.startUpload(ns, StartUploadRequest(fileName: name, size: 10))
+                try journal.attachSession(id, session: session)
+                ids[name] = id
+            }
+        }
+        let huge = ids["huge"]
+        try await DatabaseQueue(path: path).write { db in
+            try db.execute(sql: "UPDATE uploads SET session = json_set(session, '$.size', 9223372036854775807) WHERE id = ?", arguments: [huge])
+        }
+        let records = Dictionary(uniqueKeysWithValues: try UploadJournal(path: path).all().map { ($0.location.path.string, $0) })
+        #expect(records["sound"]?.session?.size == 10)
+        #expect(records["huge"] != nil && records["huge"]?.session == nil)
     }
 }

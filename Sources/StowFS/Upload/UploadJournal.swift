@@ -46,8 +46,21 @@ public final class UploadJournal: Sendable {
         /// as earlier uploads of the same path land (`finish`); this copy is what was written and
         /// may lag behind it — `all()` reads the current one.
         public var replaces: Deletion? = nil
+        /// For a held record whose content a later close changed (`updateHeld`): the largest id
+        /// in the journal then. Its content is newer than every record up to that id, though its
+        /// own id is smaller: a snapshot of the file queued while it was open (`stowfs sync`)
+        /// holds older bytes than the close after it.
+        public var contentAfter: Int64? = nil
 
         public var isDeletion: Bool { deletion != nil }
+
+        /// When the content was last set, on the clock of ids: a record's content is as old as its
+        /// id, a held one changed later (`contentAfter`) just after that id. Of a path's records,
+        /// the newest by this has what close last returned for.
+        public var contentOrder: (Int64, Int) {
+            if let after = contentAfter, after >= id { return (after, 1) }
+            return (id, 0)
+        }
     }
 
     /// What a delete record removes: the server's file `remoteIno` at the record's path, only if
@@ -178,6 +191,10 @@ public final class UploadJournal: Sendable {
             try db.execute(sql: "CREATE TABLE journal_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)")
             try db.execute(
                 sql: "INSERT INTO journal_meta(key, value) VALUES ('identity', ?)", arguments: [Int64.random(in: 1...Int64.max)])
+        }
+        // A held record's content changed after later records of its path were written (`Record.contentAfter`).
+        migrator.registerMigration("v7 content after") { db in
+            try db.execute(sql: "ALTER TABLE uploads ADD COLUMN content_after INTEGER")
         }
         try migrator.migrate(queue)
         let identity = UInt64(bitPattern: try queue.read { try Int64.fetchOne($0, sql: "SELECT value FROM journal_meta WHERE key = 'identity'") } ?? 0)
@@ -640,12 +657,15 @@ public final class UploadJournal: Sendable {
             id: id, location: Location(namespace: ns, path: path), cacheFile: cacheFile, size: size,
             params: decode(value(row, "params"), UploadParams.self) ?? UploadParams(), contentType: value(row, "content_type"),
             tags: decode(value(row, "tags"), [String].self), patch: decode(value(row, "patch"), FilePatch.self),
-            session: decode(value(row, "session"), StartUploadResponse.self), state: (value(row, "state") as String?).flatMap { Record.State(rawValue: $0) } ?? .queued,
+            // A session's numbers are computed with (its size and part size): one outside what a
+            // file can have is dropped, and the upload starts a session anew.
+            session: decode(value(row, "session"), StartUploadResponse.self).flatMap { (0...StowFileSystem.maxFileSize).contains($0.size) ? $0 : nil }, state: (value(row, "state") as String?).flatMap { Record.State(rawValue: $0) } ?? .queued,
             // The queue's longest wait between attempts is 5 minutes (`UploadQueue.failed`).
             attempts: min(max(0, value(row, "attempts") ?? 0), Int(Int32.max)), lastError: value(row, "last_error"),
             nextAttempt: min(max(0, value(row, "next_attempt") ?? 0), now + 300_000), created: min(value(row, "created") ?? now, now),
             deletion: deletion,
-            replaces: (value(row, "replaces_ino") as Int64?).map { Deletion(remoteIno: UInt64(bitPattern: $0), ifMatch: value(row, "replaces_if_match")) })
+            replaces: (value(row, "replaces_ino") as Int64?).map { Deletion(remoteIno: UInt64(bitPattern: $0), ifMatch: value(row, "replaces_if_match")) },
+            contentAfter: value(row, "content_after"))
     }
 
     /// Writes every mutable field of a record but `replaces` (which `finish` keeps current, and
@@ -669,7 +689,11 @@ public final class UploadJournal: Sendable {
     /// nothing if it is not held.
     public func updateHeld(_ id: Int64, size: Int64, params: UploadParams, content: Data?) throws {
         _ = try grouped { db in
-            try db.cachedStatement(sql: "UPDATE uploads SET size = ?, params = ?, content = ?, session = NULL WHERE id = ? AND state = 'held'")
+            try db.cachedStatement(
+                sql: """
+                    UPDATE uploads SET size = ?, params = ?, content = ?, session = NULL, content_after = (SELECT max(id) FROM uploads)
+                    WHERE id = ? AND state = 'held'
+                    """)
                 .execute(arguments: [size, Self.json(params), content, id])
             return id
         }
@@ -681,7 +705,10 @@ public final class UploadJournal: Sendable {
     public func attachSession(_ id: Int64, session: StartUploadResponse) throws {
         try transaction(synced: true) { db, _ in
             try db.execute(
-                sql: "UPDATE uploads SET size = ?, params = ?, session = ?, content = NULL WHERE id = ? AND state = 'held'",
+                sql: """
+                    UPDATE uploads SET size = ?, params = ?, session = ?, content = NULL, content_after = (SELECT max(id) FROM uploads)
+                    WHERE id = ? AND state = 'held'
+                    """,
                 arguments: [session.size, Self.json(session.params ?? UploadParams()), Self.json(session), id])
         }
     }

@@ -198,11 +198,16 @@ public actor UploadQueue {
         }
         // Several uploads of one path (a file written again while its upload ran): the newest
         // has the content close last returned for, and the older ones, none of them running
-        // now, are superseded — as `submit` drops older uploads not yet running. Their local
-        // copies, no longer named, are collected with the other spares.
-        var newest: [Location: Int64] = [:]
-        for r in table.values where !r.isDeletion { newest[r.location] = max(newest[r.location] ?? r.id, r.id) }
-        let superseded = table.values.filter { !$0.isDeletion && newest[$0.location] != $0.id }.map(\.id)
+        // now, are superseded — as `submit` drops older uploads not yet running. Newest by when
+        // its content was set (`contentOrder`), not by id: a held record a later close changed
+        // is newer than a snapshot of the file queued while it was open. Their local copies, no
+        // longer named, are collected with the other spares.
+        var newest: [Location: UploadJournal.Record] = [:]
+        for r in table.values where !r.isDeletion {
+            if let n = newest[r.location], n.contentOrder >= r.contentOrder { continue }
+            newest[r.location] = r
+        }
+        let superseded = table.values.filter { !$0.isDeletion && newest[$0.location]?.id != $0.id }.map(\.id)
         if !superseded.isEmpty {
             try journal.delete(superseded)
             for id in superseded { table[id] = nil }
