@@ -371,4 +371,23 @@ struct BlockCacheTests {
         #expect(whole.prefix == 1000)
         #expect(whole.count == 1000)
     }
+
+    @Test("a start that evicts (a smaller cache) and then fails leaves no index naming the punched slots")
+    func evictionAtStartThenFailedStart() throws {
+        let dir = Self.temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        do {
+            let cache = try BlockCache(directory: dir, blockSize: Self.blockSize, capacity: 1 << 20)
+            try Self.adoptPacked(cache, "k", count: 20)
+            try cache.persist()
+        }
+        // Evicts at start to fit; the mount fails before `claimIndex`.
+        _ = try BlockCache(directory: dir, blockSize: Self.blockSize, capacity: 0)
+        let again = try BlockCache(directory: dir, blockSize: Self.blockSize, capacity: 1 << 20)
+        let wrong = (0..<20).filter { i in
+            guard let s = again.segment(etag: "k\(i)", range: 0..<4000) else { return false }
+            return s.file.read(at: s.offset, length: 4000) != [UInt8](repeating: UInt8(i + 1), count: 4000)
+        }
+        #expect(wrong.isEmpty, "served from the cache though punched out (zeros): \(wrong)")
+    }
 }

@@ -98,6 +98,8 @@ public final class BlockCache: Sendable {
         var misses: UInt64 = 0
         /// `persist` ran: the index is written, and nothing may change what it describes.
         var closed = false
+        /// The index read at start is gone (`withoutIndex`): what it names may change.
+        var indexGone = false
         var pack = Pack()
     }
 
@@ -132,14 +134,14 @@ public final class BlockCache: Sendable {
             if let slot = entry.pack {
                 guard let pack, s.files[entry.etag] == nil, slot.count == 2, entry.blocks == [0], entry.bytes > 0, slot[0] >= 0, slot[0] % Self.page == 0, slot[1] > 0,
                     slot[1] <= Self.packedUpTo / Self.page, entry.bytes <= slot[1] * Self.page, entry.bytes <= Int64(blockSize),
-                    slot[0] <= packSize - entry.bytes
+                    slot[0] <= packSize - entry.bytes, case let (total, over) = s.bytes.addingReportingOverflow(entry.bytes), !over
                 else { continue }
                 s.tick += 1
                 s.files[entry.etag] = FileState(
                     inode: pack.inodeNumber, present: BlockSet([0]), packed: Slot(offset: slot[0], pages: Int(slot[1]), length: entry.bytes, use: s.tick))
                 s.pack.live += 1
                 s.pack.end = max(s.pack.end, slot[0] + slot[1] * Self.page)
-                s.bytes += entry.bytes
+                s.bytes = total
                 continue
             }
             // The file must still be there (not made anew) and hold its last block's start, and the
@@ -147,10 +149,12 @@ public final class BlockCache: Sendable {
             let path = filePath(entry.etag)
             guard let first = entry.blocks.min(), first >= 0, let last = entry.blocks.max(), s.files[entry.etag] == nil,
                 case let (lastStart, overflow) = last.multipliedReportingOverflow(by: Int64(blockSize)), !overflow,
-                entry.bytes >= 0, let (size, inode) = Self.stat(path), size > lastStart, entry.bytes <= size
+                entry.bytes >= 0, let (size, inode) = Self.stat(path), size > lastStart, entry.bytes <= size,
+                // Each is at most its file's size, but two versions' names can map to one file.
+                case let (total, over) = s.bytes.addingReportingOverflow(entry.bytes), !over
             else { continue }
             s.files[entry.etag] = FileState(inode: inode, present: BlockSet(entry.blocks))
-            s.bytes += entry.bytes
+            s.bytes = total
             for i in entry.blocks {
                 s.tick += 1
                 s.lastUse[Key(etag: entry.etag, index: i)] = s.tick
@@ -182,7 +186,23 @@ public final class BlockCache: Sendable {
     /// The mount is up and will use (and change) the cache: the index read at start goes, so that
     /// a crash from now on leaves none.
     public func claimIndex() {
-        unlink(Self.indexPath(directory))
+        state.withLock { withoutIndex(&$0) }
+    }
+
+    /// The index read at start names blocks and slots as they were: it goes, for good (the folder
+    /// synced), before anything it names is punched, unlinked or used again — an eviction at
+    /// start (a smaller `--cache-size`) included, or a read answered before `claimIndex`. Kept,
+    /// a start that failed afterwards (or a crash) would read it again and serve punched blocks
+    /// as cached zeros.
+    private func withoutIndex(_ s: inout State) {
+        guard !s.indexGone else { return }
+        s.indexGone = true
+        guard unlink(Self.indexPath(directory)) == 0 else { return }
+        let dir = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if dir >= 0 {
+            _ = fsync(dir)
+            close(dir)
+        }
     }
 
     struct Index: Codable, Equatable {
@@ -394,6 +414,7 @@ public final class BlockCache: Sendable {
     /// A slot no longer used: its pages are freed and it is kept for the next file of its size;
     /// an empty pack is cut back to nothing.
     private func freeSlot(_ s: inout State, _ slot: Slot) {
+        withoutIndex(&s)
         s.pack.live -= 1
         guard let pack = s.pack.file else { return }
         if s.pack.live <= 0 {
@@ -471,6 +492,7 @@ public final class BlockCache: Sendable {
     /// Drops `etag`'s blocks from the books (not from the disk).
     private func forget(_ s: inout State, _ etag: String) {
         guard let f = s.files.removeValue(forKey: etag) else { return }
+        withoutIndex(&s)
         s.open[etag] = nil
         if let slot = f.packed {
             s.bytes -= slot.length
@@ -596,6 +618,7 @@ public final class BlockCache: Sendable {
     func evictIfNeeded() {
         state.withLock { s in
             guard !s.closed, s.bytes > capacity else { return }
+            withoutIndex(&s)
             let target = capacity * 9 / 10
             // Blocks by last use: those in `lastUse`, and packed files' one block each.
             var order = s.lastUse.map { ($0.value, $0.key) }
