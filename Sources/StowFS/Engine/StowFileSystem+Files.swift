@@ -1035,6 +1035,21 @@ extension StowFileSystem {
             return held
         }
         if let redundant { _ = await cancelUpload(redundant, ino: ino) }
+        // A file still open for writing (`stowfs sync`, `fsync`): its copy is made and recorded
+        // with no close in between (`snapshotOpen`).
+        if !onlyIfClosed, state.withLock({ ($0.inodes[ino]?.local?.writers ?? 0) > 0 }) {
+            var outcome = OpenSnapshot.notOpen
+            try flushLocks.withLock(ino) { () throws(FSError) in outcome = try snapshotOpen(ino) }
+            switch outcome {
+            case .notOpen: break  // the last writer closed meanwhile: the usual way, below
+            case .nothing: return nil
+            case .queued(let id, let superseded):
+                for old in superseded where old != id {
+                    if await !queue.isRunning(old) { _ = await cancelUpload(old, ino: ino) }
+                }
+                return id
+            }
+        }
         let plan = try? state.withLock {
             (s: inout State) throws(FSError) -> (CacheFile, Int64, Int64?, Bool, Location, UploadParams, String?, [String]?, [Int64], UploadJournal.Deletion?)? in
             guard var e = s.inodes[ino], var local = e.local, local.dirty, !e.unlinked else { return nil }
@@ -1117,6 +1132,86 @@ extension StowFileSystem {
             if await !queue.isRunning(old) { _ = await cancelUpload(old, ino: ino) }
         }
         return id
+    }
+
+    enum OpenSnapshot {
+        /// No writer holds the file open (any more).
+        case notOpen
+        /// Nothing changed to send.
+        case nothing
+        /// The copy's upload, and the older uploads of the file it supersedes.
+        case queued(Int64, superseded: [Int64])
+    }
+
+    /// A copy of a file open for writing, made durable and recorded under the file's flush lock
+    /// (the caller holds it), so that no close falls between the copy and its record: a close's
+    /// held record made between them would get the smaller id though its content is newer, and
+    /// the next mount after a crash keeps a path's newest record only. The copy holds all the
+    /// held record held (a close's content, if any), so it stands for it from now on: the held
+    /// record goes in the same commit, and the next close makes a new one, after the copy. Kept,
+    /// it would be sent alone after a crash once the copy had landed, taking the server's file
+    /// back to older content than the sync promised.
+    private func snapshotOpen(_ ino: InodeNumber) throws(FSError) -> OpenSnapshot {
+        typealias Copied = (CacheFile, Int64, Int64?, Location, UploadParams, String?, [String]?, [Int64], UploadJournal.Deletion?)
+        var outcome = OpenSnapshot.nothing
+        let plan = try? state.withLock { (s: inout State) throws(FSError) -> Copied? in
+            guard var e = s.inodes[ino], var local = e.local else { return nil }
+            guard local.writers > 0 else {
+                outcome = .notOpen
+                return nil
+            }
+            guard local.dirty, !e.unlinked else { return nil }
+            stopStream(&local, "sent the usual way")
+            let location = try self.location(s, ino)
+            let (params, ct, tags) = uploadParams(e)
+            let snapshot = try local.file.copy(to: newCacheFilePath(), length: local.size)
+            local.dirty = false
+            e.local = local
+            let superseded = e.upload.map { [$0] } ?? []
+            if let u = e.upload { e.olderUploads.insert(u) }
+            e.upload = nil
+            e.submitting += 1
+            e.changedAt = .now
+            s.inodes[ino] = e
+            return (snapshot, local.size, local.heldUpload, location, params, ct, tags, superseded, Self.replaces(e))
+        }
+        guard let (snapshot, size, held, location, params, contentType, tags, superseded, replaces) = plan ?? nil else { return outcome }
+        let id: Int64
+        do {
+            try snapshot.sync()
+            if let held {
+                id = try queue.replaceHeldNow(
+                    held, location: location, cacheFile: snapshot.path, size: size, params: params, contentType: contentType, tags: tags, replaces: replaces)
+            } else {
+                id = try queue.enqueueNow(
+                    location: location, cacheFile: snapshot.path, size: size, params: params, contentType: contentType, tags: tags, replaces: replaces)
+            }
+        } catch {
+            logger.error("cannot hand \(location) to the upload queue: \(error)")
+            state.withLock { s in
+                guard var e = s.inodes[ino] else { return }
+                e.submitting -= 1
+                e.local?.dirty = true
+                if e.upload == nil, let last = superseded.last {
+                    e.olderUploads.remove(last)
+                    e.upload = last
+                }
+                s.inodes[ino] = e
+            }
+            Glibc.unlink(snapshot.path)
+            throw FSError.io("the copy of \(location) could not be made durable or recorded (\(error))")
+        }
+        state.withLock { s in
+            s.inodes[ino]?.submitting -= 1
+            s.inodes[ino]?.upload = id
+            s.inodes[ino]?.olderUploads.remove(id)
+            s.uploadOwner[id] = ino
+            if let held {
+                if s.inodes[ino]?.local?.heldUpload == held { s.inodes[ino]?.local?.heldUpload = nil }
+                s.uploadOwner[held] = nil
+            }
+        }
+        return .queued(id, superseded: superseded)
     }
 
     /// Stops an owed upload for good; forgets it and its snapshot (unless the file still uses it).

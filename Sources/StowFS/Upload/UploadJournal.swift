@@ -377,8 +377,9 @@ public final class UploadJournal: Sendable {
     }
 
     /// Adds a delete record; returns its id. Not synced, as a local filesystem's unlink is not: the
-    /// record is durable at the next synced commit (any `close` of a changed file makes one; the
-    /// WAL is written in order), at `makeDurable()` (fsyncdir), or once the server did it. A power
+    /// record is durable at the next synced commit (a landing makes one; the WAL is written in
+    /// order; a close does not, since it writes the close log), at `makeDurable()` (fsyncdir), or
+    /// once the server did it. A power
     /// cut before then can bring the file back (never a file lost). Synced, each unlink of
     /// `rm -rf` waited for the disk.
     public func insertDeletion(location: Location, _ deletion: Deletion) throws -> Int64 {
@@ -623,7 +624,12 @@ public final class UploadJournal: Sendable {
     public func all() throws -> [Record] {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         return try transaction(synced: false) { db, _ in
-            try Row.fetchAll(db, sql: "SELECT * FROM uploads ORDER BY id").compactMap { Self.record($0, now: now) }
+            var records = try Row.fetchAll(db, sql: "SELECT * FROM uploads ORDER BY id").compactMap { Self.record($0, now: now) }
+            // `content_after` names an id the journal had when it was written: a larger one is
+            // damage, and would make its record beat every later one of its path.
+            let largest = max(records.last?.id ?? 0, try DatabaseValue.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'uploads'").flatMap { Int64.fromDatabaseValue($0) } ?? 0)
+            for i in records.indices where (records[i].contentAfter ?? 0) > largest { records[i].contentAfter = nil }
+            return records
         }
     }
 

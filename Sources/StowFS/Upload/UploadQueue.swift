@@ -88,6 +88,8 @@ public actor UploadQueue {
         /// A held record, or a delete record: in the line from now on.
         case held(UploadJournal.Record)
         case heldChanged(id: Int64, size: Int64, params: UploadParams)
+        /// A copy's record that took a held record's place (`replaceHeldNow`), or a copy's alone (`enqueueNow`).
+        case queued(UploadJournal.Record, replacing: Int64?)
     }
     private nonisolated let inbox = Mutex<[Arrival]>([])
 
@@ -102,6 +104,10 @@ public actor UploadQueue {
                 table[r.id] = r
                 noteInserted(r.id)
                 if r.isDeletion { deletionOrder.append(r.id) }
+            case .queued(let r, let held):
+                if let held { table[held] = nil }
+                table[r.id] = r
+                noteInserted(r.id)
             case .heldChanged(let id, let size, let params):
                 guard var r = table[id], r.state == .held else { continue }
                 r.size = size
@@ -313,6 +319,44 @@ public actor UploadQueue {
             replaces: replaces)
         inbox.withLock { $0.append(.held(r)) }
         return id
+    }
+
+    /// An upload recorded at once from the caller's thread (a copy of a file still open, made
+    /// under its flush lock: see `StowFileSystem.snapshotOpen`), in line from now on.
+    public nonisolated func enqueueNow(
+        location: Location, cacheFile: String, size: Int64, params: UploadParams, contentType: String?, tags: [String]?,
+        replaces: UploadJournal.Deletion? = nil
+    ) throws -> Int64 {
+        let id = try journal.insert(
+            location: location, cacheFile: cacheFile, size: size, params: params, contentType: contentType, tags: tags, patch: nil, state: .queued,
+            replaces: replaces)
+        arrived(id, location: location, cacheFile: cacheFile, size: size, params: params, contentType: contentType, tags: tags, replaces: replaces, replacing: nil)
+        return id
+    }
+
+    /// As `enqueueNow`, for a copy that holds everything the held record `held` of its file did:
+    /// the copy's record takes its place, in one synced commit (the held record's `replaces`
+    /// carried over). A held record is in no upload, so nothing is running for it.
+    public nonisolated func replaceHeldNow(
+        _ held: Int64, location: Location, cacheFile: String, size: Int64, params: UploadParams, contentType: String?, tags: [String]?,
+        replaces: UploadJournal.Deletion?
+    ) throws -> Int64 {
+        let id = try journal.requeue(
+            held, location: location, cacheFile: cacheFile, size: size, params: params, contentType: contentType, tags: tags, patch: nil, synced: true)
+        arrived(id, location: location, cacheFile: cacheFile, size: size, params: params, contentType: contentType, tags: tags, replaces: replaces, replacing: held)
+        return id
+    }
+
+    private nonisolated func arrived(
+        _ id: Int64, location: Location, cacheFile: String, size: Int64, params: UploadParams, contentType: String?, tags: [String]?,
+        replaces: UploadJournal.Deletion?, replacing held: Int64?
+    ) {
+        let r = UploadJournal.Record(
+            id: id, location: location, cacheFile: cacheFile, size: size, params: params, contentType: contentType, tags: tags, patch: nil,
+            session: nil, state: .queued, attempts: 0, lastError: nil, nextAttempt: 0, created: Int64(Date().timeIntervalSince1970 * 1000),
+            replaces: replaces)
+        inbox.withLock { $0.append(.queued(r, replacing: held)) }
+        wake.signal()
     }
 
     /// Every record written so far is on disk when this returns (see `UploadJournal.makeDurable`).
