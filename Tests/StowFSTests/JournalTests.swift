@@ -251,6 +251,30 @@ struct JournalTests {
         #expect(recovered.map(\.cacheFile) == [dir + "/X"], "the last close's content (X) was dropped as superseded; kept: \(recovered.map(\.cacheFile))")
     }
 
+    @Test("a release written after the file was opened, written and closed again keeps the later close's content at the next start")
+    func releaseAfterAnotherClose() async throws {
+        let (dir, path) = Self.tempPath()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ns = try Namespace("held")
+        let f = Location(namespace: ns, path: try StoragePath("f"))
+        let store = InMemoryObjectStore(namespaces: [ns])
+        do {
+            let queue = try UploadQueue(journal: try UploadJournal(path: path), store: store, parallelism: 1, chunkSize: 1 << 20, logger: Logger(label: "t"))
+            // `echo a >> f; echo b >> f`: the first close's held record; its release takes the
+            // content (frozen) …
+            let first = try queue.enqueueHeld(location: f, cacheFile: dir + "/X", size: 2, params: UploadParams(), contentType: nil, tags: nil, content: Data("a\n".utf8))
+            let taken = queue.lastGivenID
+            // … the second open, write and close make a held record of their own …
+            _ = try queue.enqueueHeld(location: f, cacheFile: dir + "/Y", size: 4, params: UploadParams(), contentType: nil, tags: nil, content: Data("a\nb\n".utf8))
+            // … before the first release is written (a new id, after the second's).
+            let requeued = try await queue.release(first, cacheFile: dir + "/X", size: 2, params: UploadParams(), takenAfter: taken)
+            #expect(requeued > first)
+        }
+        let again = try UploadQueue(journal: try UploadJournal(path: path), store: store, parallelism: 1, chunkSize: 1 << 20, logger: Logger(label: "t"))
+        let recovered = await again.recovered
+        #expect(recovered.map(\.cacheFile) == [dir + "/Y"], "the second close's content (Y) was dropped as superseded; kept: \(recovered.map(\.cacheFile))")
+    }
+
     // MARK: - The close log
 
     /// A power cut, as the files show it after: SQLite's two files as they were at the last sync

@@ -193,18 +193,24 @@ public final class CacheFile: Sendable {
     /// Copies the first `length` bytes into a new file at `target` (copy_file_range; reflinks where the filesystem can).
     public func copy(to target: String, length: Int64) throws(FSError) -> CacheFile {
         let out = try CacheFile(path: target, truncate: true)
-        var copied: Int64 = 0
-        while copied < length {
-            let n = CStowSystem_copy_file_range(descriptor, off_t(copied), out.descriptor, off_t(copied), Int(min(length - copied, 1 << 30)))
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw FSError.io("copy \(path) → \(target): \(String(cString: strerror(errno)))")
+        do throws(FSError) {
+            var copied: Int64 = 0
+            while copied < length {
+                let n = CStowSystem_copy_file_range(descriptor, off_t(copied), out.descriptor, off_t(copied), Int(min(length - copied, 1 << 30)))
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw FSError.io("copy \(path) → \(target): \(String(cString: strerror(errno)))")
+                }
+                if n == 0 { break }
+                copied += Int64(n)
             }
-            if n == 0 { break }
-            copied += Int64(n)
+            // A source shorter than `length` (holes at the end) copies short: ensure the size.
+            if out.size < length { try out.truncate(to: length) }
+        } catch {
+            // A copy that failed (a full disk) is not left behind.
+            Glibc.unlink(target)
+            throw error
         }
-        // A source shorter than `length` (holes at the end) copies short: ensure the size.
-        if out.size < length { try out.truncate(to: length) }
         return out
     }
 

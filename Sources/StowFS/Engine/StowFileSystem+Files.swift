@@ -1035,40 +1035,37 @@ extension StowFileSystem {
             return held
         }
         if let redundant { _ = await cancelUpload(redundant, ino: ino) }
-        // A file still open for writing (`stowfs sync`, `fsync`): its copy is made and recorded
-        // with no close in between (`snapshotOpen`).
-        if !onlyIfClosed, state.withLock({ ($0.inodes[ino]?.local?.writers ?? 0) > 0 }) {
-            var outcome = OpenSnapshot.notOpen
-            try flushLocks.withLock(ino) { () throws(FSError) in outcome = try snapshotOpen(ino) }
-            switch outcome {
-            case .notOpen: break  // the last writer closed meanwhile: the usual way, below
-            case .nothing: return nil
-            case .queued(let id, let superseded):
-                for old in superseded where old != id {
-                    if await !queue.isRunning(old) { _ = await cancelUpload(old, ino: ino) }
-                }
-                return id
+        // Sent now whether or not it is still open (`stowfs sync`, `fsync`): made and recorded
+        // under the file's flush lock, with no close in between (`sendNow`). What follows is
+        // release's way, for a file no writer holds.
+        if !onlyIfClosed {
+            var outcome: (Int64, superseded: [Int64])?
+            try flushLocks.withLock(ino) { () throws(FSError) in outcome = try sendNow(ino) }
+            guard let (id, superseded) = outcome else { return nil }
+            for old in superseded where old != id {
+                if await !queue.isRunning(old) { _ = await cancelUpload(old, ino: ino) }
             }
+            return id
         }
+        var takenAfter: Int64 = 0
         let plan = try? state.withLock {
             (s: inout State) throws(FSError) -> (CacheFile, Int64, Int64?, Bool, Location, UploadParams, String?, [String]?, [Int64], UploadJournal.Deletion?)? in
             guard var e = s.inodes[ino], var local = e.local, local.dirty, !e.unlinked else { return nil }
-            if local.writers > 0 && onlyIfClosed { return nil }
+            // Opened for writing again: its next release sends it.
+            if local.writers > 0 { return nil }
+            // Taken (frozen) now: a close that follows (the file opened again, written, closed
+            // before the requeue below is written) has newer content, whatever its id.
+            takenAfter = queue.lastGivenID
             // Sent the usual way now: a stream must not complete after it.
             stopStream(&local, "sent the usual way")
             let location = try self.location(s, ino)
             let (params, ct, tags) = uploadParams(e)
-            var snapshot = local.file
-            if local.writers > 0 {
-                // Still open for writing: send a copy, keep writing to the original.
-                snapshot = try local.file.copy(to: newCacheFilePath(), length: local.size)
-            } else {
-                local.frozen = true
-            }
-            let held = local.writers > 0 ? nil : local.heldUpload
+            let snapshot = local.file
+            local.frozen = true
+            let held = local.heldUpload
             // Unchanged since close's flush made it durable and wrote its held record: nothing to do again.
             let durable = held != nil && local.durableAt == local.changes
-            if local.writers == 0 { local.heldUpload = nil }
+            local.heldUpload = nil
             local.dirty = false
             e.local = local
             // Older uploads of this inode not yet running are superseded by this one.
@@ -1112,7 +1109,7 @@ extension StowFileSystem {
         let id: Int64
         do {
             if let held {
-                id = try await queue.release(held, cacheFile: snapshot.path, size: size, params: params, contentDurable: durable)
+                id = try await queue.release(held, cacheFile: snapshot.path, size: size, params: params, contentDurable: durable, takenAfter: takenAfter)
                 // Kept in place, the record is still this inode's under the same id.
                 if id != held { state.withLock { $0.uploadOwner[held] = nil } }
             } else {
@@ -1134,37 +1131,35 @@ extension StowFileSystem {
         return id
     }
 
-    enum OpenSnapshot {
-        /// No writer holds the file open (any more).
-        case notOpen
-        /// Nothing changed to send.
-        case nothing
-        /// The copy's upload, and the older uploads of the file it supersedes.
-        case queued(Int64, superseded: [Int64])
-    }
-
-    /// A copy of a file open for writing, made durable and recorded under the file's flush lock
-    /// (the caller holds it), so that no close falls between the copy and its record: a close's
-    /// held record made between them would get the smaller id though its content is newer, and
-    /// the next mount after a crash keeps a path's newest record only. The copy holds all the
-    /// held record held (a close's content, if any), so it stands for it from now on: the held
-    /// record goes in the same commit, and the next close makes a new one, after the copy. Kept,
-    /// it would be sent alone after a crash once the copy had landed, taking the server's file
-    /// back to older content than the sync promised.
-    private func snapshotOpen(_ ino: InodeNumber) throws(FSError) -> OpenSnapshot {
-        typealias Copied = (CacheFile, Int64, Int64?, Location, UploadParams, String?, [String]?, [Int64], UploadJournal.Deletion?)
-        var outcome = OpenSnapshot.nothing
-        let plan = try? state.withLock { (s: inout State) throws(FSError) -> Copied? in
-            guard var e = s.inodes[ino], var local = e.local else { return nil }
-            guard local.writers > 0 else {
-                outcome = .notOpen
-                return nil
-            }
-            guard local.dirty, !e.unlinked else { return nil }
-            stopStream(&local, "sent the usual way")
+    /// The file's changed content joins the upload queue now (`stowfs sync`, `fsync`), made durable
+    /// and recorded under the file's flush lock (the caller holds it), so that no close falls
+    /// between the content taken and its record: a close's held record made between them would
+    /// get the smaller id though its content is newer, and the next mount after a crash keeps a
+    /// path's newest record only. A file still open for writing goes as a copy (later writes go
+    /// on into the original); one no writer holds goes as it is, frozen, as at release. What is
+    /// sent holds all the file's held record held (a close's content, if any), so it takes that
+    /// record's place in the same commit, and the next close makes a new one, after it. Kept, the
+    /// held record would be sent alone after a crash once the copy had landed, taking the server's
+    /// file back to older content than the sync promised.
+    /// - Returns: the upload, and the older uploads of the file it supersedes; nil when nothing changed.
+    private func sendNow(_ ino: InodeNumber) throws(FSError) -> (Int64, superseded: [Int64])? {
+        let plan = try state.withLock {
+            (s: inout State) throws(FSError) -> (CacheFile, Int64, Int64?, Bool, Location, UploadParams, String?, [String]?, [Int64], UploadJournal.Deletion?)? in
+            guard var e = s.inodes[ino], var local = e.local, local.dirty, !e.unlinked else { return nil }
             let location = try self.location(s, ino)
+            var snapshot = local.file
+            if local.writers > 0 {
+                snapshot = try local.file.copy(to: newCacheFilePath(), length: local.size)
+            } else {
+                local.frozen = true
+            }
+            // Sent the usual way now: a stream must not complete after it.
+            stopStream(&local, "sent the usual way")
             let (params, ct, tags) = uploadParams(e)
-            let snapshot = try local.file.copy(to: newCacheFilePath(), length: local.size)
+            let held = local.heldUpload
+            // A closed file unchanged since close's flush made it durable and wrote its held record:
+            // durable already (fsynced, or its bytes in that record, which go along).
+            let durable = local.writers == 0 && held != nil && local.durableAt == local.changes
             local.dirty = false
             e.local = local
             let superseded = e.upload.map { [$0] } ?? []
@@ -1173,15 +1168,16 @@ extension StowFileSystem {
             e.submitting += 1
             e.changedAt = .now
             s.inodes[ino] = e
-            return (snapshot, local.size, local.heldUpload, location, params, ct, tags, superseded, Self.replaces(e))
+            return (snapshot, local.size, held, durable, location, params, ct, tags, superseded, Self.replaces(e))
         }
-        guard let (snapshot, size, held, location, params, contentType, tags, superseded, replaces) = plan ?? nil else { return outcome }
+        guard let (snapshot, size, held, durable, location, params, contentType, tags, superseded, replaces) = plan else { return nil }
         let id: Int64
         do {
-            try snapshot.sync()
+            if !durable { try snapshot.sync() }
             if let held {
                 id = try queue.replaceHeldNow(
-                    held, location: location, cacheFile: snapshot.path, size: size, params: params, contentType: contentType, tags: tags, replaces: replaces)
+                    held, location: location, cacheFile: snapshot.path, size: size, params: params, contentType: contentType, tags: tags,
+                    replaces: replaces, carryContent: durable)
             } else {
                 id = try queue.enqueueNow(
                     location: location, cacheFile: snapshot.path, size: size, params: params, contentType: contentType, tags: tags, replaces: replaces)
@@ -1198,8 +1194,8 @@ extension StowFileSystem {
                 }
                 s.inodes[ino] = e
             }
-            Glibc.unlink(snapshot.path)
-            throw FSError.io("the copy of \(location) could not be made durable or recorded (\(error))")
+            if snapshot.path != state.withLock({ $0.inodes[ino]?.local?.file.path }) { Glibc.unlink(snapshot.path) }
+            throw FSError.io("\(location) could not be made durable or recorded for its upload (\(error))")
         }
         state.withLock { s in
             s.inodes[ino]?.submitting -= 1
@@ -1211,7 +1207,7 @@ extension StowFileSystem {
                 s.uploadOwner[held] = nil
             }
         }
-        return .queued(id, superseded: superseded)
+        return (id, superseded: superseded)
     }
 
     /// Stops an owed upload for good; forgets it and its snapshot (unless the file still uses it).

@@ -46,10 +46,11 @@ public final class UploadJournal: Sendable {
         /// as earlier uploads of the same path land (`finish`); this copy is what was written and
         /// may lag behind it — `all()` reads the current one.
         public var replaces: Deletion? = nil
-        /// For a held record whose content a later close changed (`updateHeld`): the largest id
-        /// in the journal then. Its content is newer than every record up to that id, though its
-        /// own id is smaller: a snapshot of the file queued while it was open (`stowfs sync`)
-        /// holds older bytes than the close after it.
+        /// When its content was taken, on the clock of ids, where that is not its id: just after
+        /// this id. A held record a later close changed (`updateHeld`) holds content newer than
+        /// records after it; a record requeued at release (`requeue`) holds what the file had when
+        /// release took it, older than a record a close made meanwhile (the file opened, written
+        /// and closed again before the requeue was written).
         public var contentAfter: Int64? = nil
 
         public var isDeletion: Bool { deletion != nil }
@@ -58,7 +59,7 @@ public final class UploadJournal: Sendable {
         /// id, a held one changed later (`contentAfter`) just after that id. Of a path's records,
         /// the newest by this has what close last returned for.
         public var contentOrder: (Int64, Int) {
-            if let after = contentAfter, after >= id { return (after, 1) }
+            if let after = contentAfter { return (after, 1) }
             return (id, 0)
         }
     }
@@ -210,6 +211,9 @@ public final class UploadJournal: Sendable {
         pending = Mutex(Pending(nextID: last + 1))
         db = queue
     }
+
+    /// The last id given out: a record given an id after this call gets a larger one.
+    public var lastGivenID: Int64 { pending.withLock { $0.nextID - 1 } }
 
     // MARK: - Transactions
 
@@ -568,7 +572,7 @@ public final class UploadJournal: Sendable {
     /// `carryContent`: the bytes are those the held record keeps (unchanged since): the new record keeps them too.
     public func requeue(
         _ heldID: Int64, location: Location, cacheFile: String, size: Int64, params: UploadParams, contentType: String?, tags: [String]?,
-        patch: FilePatch?, synced: Bool = true, carryContent: Bool = false
+        patch: FilePatch?, synced: Bool = true, carryContent: Bool = false, contentAfter: Int64? = nil
     ) throws -> Int64 {
         guard let ns = location.namespace else { throw FSError.notPermitted }
         return try commit(synced: synced) { db, newID in
@@ -582,6 +586,9 @@ public final class UploadJournal: Sendable {
             ).execute(arguments: [heldID, id])
             if carryContent {
                 try db.cachedStatement(sql: "UPDATE uploads SET content = (SELECT content FROM uploads WHERE id = ?) WHERE id = ?").execute(arguments: [heldID, id])
+            }
+            if let contentAfter {
+                try db.cachedStatement(sql: "UPDATE uploads SET content_after = ? WHERE id = ?").execute(arguments: [contentAfter, id])
             }
             try db.cachedStatement(sql: "DELETE FROM uploads WHERE id = ?").execute(arguments: [heldID])
             return id

@@ -321,8 +321,8 @@ public actor UploadQueue {
         return id
     }
 
-    /// An upload recorded at once from the caller's thread (a copy of a file still open, made
-    /// under its flush lock: see `StowFileSystem.snapshotOpen`), in line from now on.
+    /// An upload recorded at once from the caller's thread (a file's content taken under its flush
+    /// lock: see `StowFileSystem.sendNow`), in line from now on.
     public nonisolated func enqueueNow(
         location: Location, cacheFile: String, size: Int64, params: UploadParams, contentType: String?, tags: [String]?,
         replaces: UploadJournal.Deletion? = nil
@@ -334,15 +334,17 @@ public actor UploadQueue {
         return id
     }
 
-    /// As `enqueueNow`, for a copy that holds everything the held record `held` of its file did:
-    /// the copy's record takes its place, in one synced commit (the held record's `replaces`
-    /// carried over). A held record is in no upload, so nothing is running for it.
+    /// As `enqueueNow`, for content that holds everything the held record `held` of its file did:
+    /// its record takes the held one's place, in one synced commit (the held record's `replaces`
+    /// carried over, and its kept bytes with `carryContent`: the same content, not fsynced). A held
+    /// record is in no upload, so nothing is running for it.
     public nonisolated func replaceHeldNow(
         _ held: Int64, location: Location, cacheFile: String, size: Int64, params: UploadParams, contentType: String?, tags: [String]?,
-        replaces: UploadJournal.Deletion?
+        replaces: UploadJournal.Deletion?, carryContent: Bool = false
     ) throws -> Int64 {
         let id = try journal.requeue(
-            held, location: location, cacheFile: cacheFile, size: size, params: params, contentType: contentType, tags: tags, patch: nil, synced: true)
+            held, location: location, cacheFile: cacheFile, size: size, params: params, contentType: contentType, tags: tags, patch: nil, synced: true,
+            carryContent: carryContent)
         arrived(id, location: location, cacheFile: cacheFile, size: size, params: params, contentType: contentType, tags: tags, replaces: replaces, replacing: held)
         return id
     }
@@ -358,6 +360,9 @@ public actor UploadQueue {
         inbox.withLock { $0.append(.queued(r, replacing: held)) }
         wake.signal()
     }
+
+    /// The journal's last id given out (see `release`'s `takenAfter`).
+    public nonisolated var lastGivenID: Int64 { journal.lastGivenID }
 
     /// Every record written so far is on disk when this returns (see `UploadJournal.makeDurable`).
     public nonisolated func makeDurable() throws { try journal.makeDurable() }
@@ -390,7 +395,11 @@ public actor UploadQueue {
     /// wrote the held record. When the record also says the same (file, size, params), the requeue need
     /// not reach the disk before this returns: a crash before it does leaves the held record, which
     /// the next mount sends as it is — the same upload (see `init`).
-    public func release(_ id: Int64, cacheFile: String, size: Int64, params: UploadParams, contentDurable: Bool = false) throws -> Int64 {
+    /// `takenAfter`: the journal's `lastGivenID` when the content was taken (frozen): a record a
+    /// close makes after that (the file opened and written again) is newer, whatever the ids.
+    public func release(
+        _ id: Int64, cacheFile: String, size: Int64, params: UploadParams, contentDurable: Bool = false, takenAfter: Int64? = nil
+    ) throws -> Int64 {
         guard let held = records[id] else {
             throw FSError.io("the journal lost record \(id)")
         }
@@ -418,7 +427,7 @@ public actor UploadQueue {
         }
         let newID = try journal.requeue(
             id, location: held.location, cacheFile: cacheFile, size: size, params: params, contentType: held.contentType, tags: held.tags,
-            patch: held.patch, synced: !same, carryContent: unchanged)
+            patch: held.patch, synced: !same, carryContent: unchanged, contentAfter: takenAfter)
         records[newID] = UploadJournal.Record(
             id: newID, location: held.location, cacheFile: cacheFile, size: size, params: params, contentType: held.contentType, tags: held.tags,
             patch: held.patch, session: nil, state: .queued, attempts: 0, lastError: nil, nextAttempt: 0,
