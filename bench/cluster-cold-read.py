@@ -20,17 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fsbench  # noqa: E402
 
 
-def cpu_seconds(pid):
-    try:
-        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except OSError:
-        return 0.0
-
-
-def weed_cpu():
-    pids = subprocess.run(["pgrep", "-x", "weed"], capture_output=True, text=True).stdout.split()
-    return sum(cpu_seconds(p) for p in pids)
+cpu_seconds, weed_cpu = fsbench.cpu_seconds, fsbench.weed_cpu
 
 
 def main():

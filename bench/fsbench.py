@@ -555,6 +555,21 @@ class S3Ceiling(System):
         return f"boto3 {boto3.__version__}"
 
 
+def cpu_seconds(pid):
+    """User + system CPU seconds of a process so far (0 once it is gone)."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return 0.0
+
+
+def weed_cpu():
+    """CPU seconds of every SeaweedFS process (the cluster's S3 server) so far."""
+    pids = subprocess.run(["pgrep", "-x", "weed"], capture_output=True, text=True).stdout.split()
+    return sum(cpu_seconds(p) for p in pids)
+
+
 def timed(fn):
     t = time.perf_counter()
     fn()

@@ -251,8 +251,11 @@ struct JournalTests {
         #expect(recovered.map(\.cacheFile) == [dir + "/X"], "the last close's content (X) was dropped as superseded; kept: \(recovered.map(\.cacheFile))")
     }
 
-    @Test("a release written after the file was opened, written and closed again keeps the later close's content at the next start")
-    func releaseAfterAnotherClose() async throws {
+    /// `held`: the release of a close's held record (`echo a >> f; echo b >> f`); else the upload of
+    /// a file changed with no close (`truncate -s` of a closed file), a record made at release.
+    @Test("content taken at release, recorded after the file was opened, written and closed again: the later close's content is kept at the next start",
+          arguments: [true, false])
+    func releaseAfterAnotherClose(held: Bool) async throws {
         let (dir, path) = Self.tempPath()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let ns = try Namespace("held")
@@ -260,15 +263,22 @@ struct JournalTests {
         let store = InMemoryObjectStore(namespaces: [ns])
         do {
             let queue = try UploadQueue(journal: try UploadJournal(path: path), store: store, parallelism: 1, chunkSize: 1 << 20, logger: Logger(label: "t"))
-            // `echo a >> f; echo b >> f`: the first close's held record; its release takes the
-            // content (frozen) …
-            let first = try queue.enqueueHeld(location: f, cacheFile: dir + "/X", size: 2, params: UploadParams(), contentType: nil, tags: nil, content: Data("a\n".utf8))
+            // The first close's held record; its release takes the content (frozen) …
+            let first = held
+                ? try queue.enqueueHeld(location: f, cacheFile: dir + "/X", size: 2, params: UploadParams(), contentType: nil, tags: nil, content: Data("a\n".utf8))
+                : nil
             let taken = queue.lastGivenID
-            // … the second open, write and close make a held record of their own …
-            _ = try queue.enqueueHeld(location: f, cacheFile: dir + "/Y", size: 4, params: UploadParams(), contentType: nil, tags: nil, content: Data("a\nb\n".utf8))
-            // … before the first release is written (a new id, after the second's).
-            let requeued = try await queue.release(first, cacheFile: dir + "/X", size: 2, params: UploadParams(), takenAfter: taken)
-            #expect(requeued > first)
+            // … the file is opened, written and closed again: a held record of its own …
+            let second = try queue.enqueueHeld(
+                location: f, cacheFile: dir + "/Y", size: 4, params: UploadParams(), contentType: nil, tags: nil, content: Data("a\nb\n".utf8))
+            // … before the first content's record is written (a new id, after the second's).
+            let recorded: Int64
+            if let first {
+                recorded = try await queue.release(first, cacheFile: dir + "/X", size: 2, params: UploadParams(), takenAfter: taken)
+            } else {
+                recorded = try await queue.enqueue(location: f, cacheFile: dir + "/X", size: 2, params: UploadParams(), contentType: nil, tags: nil, takenAfter: taken)
+            }
+            #expect(recorded > second)
         }
         let again = try UploadQueue(journal: try UploadJournal(path: path), store: store, parallelism: 1, chunkSize: 1 << 20, logger: Logger(label: "t"))
         let recovered = await again.recovered

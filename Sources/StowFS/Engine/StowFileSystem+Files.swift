@@ -1048,9 +1048,8 @@ extension StowFileSystem {
             return id
         }
         var takenAfter: Int64 = 0
-        let plan = try? state.withLock {
-            (s: inout State) throws(FSError) -> (CacheFile, Int64, Int64?, Bool, Location, UploadParams, String?, [String]?, [Int64], UploadJournal.Deletion?)? in
-            guard var e = s.inodes[ino], var local = e.local, local.dirty, !e.unlinked else { return nil }
+        let plan = try? state.withLock { (s: inout State) throws(FSError) -> Taken? in
+            guard let e = s.inodes[ino], var local = e.local, local.dirty, !e.unlinked else { return nil }
             // Opened for writing again: its next release sends it.
             if local.writers > 0 { return nil }
             // Taken (frozen) now: a close that follows (the file opened again, written, closed
@@ -1059,76 +1058,101 @@ extension StowFileSystem {
             // Sent the usual way now: a stream must not complete after it.
             stopStream(&local, "sent the usual way")
             let location = try self.location(s, ino)
-            let (params, ct, tags) = uploadParams(e)
-            let snapshot = local.file
             local.frozen = true
             let held = local.heldUpload
             // Unchanged since close's flush made it durable and wrote its held record: nothing to do again.
             let durable = held != nil && local.durableAt == local.changes
             local.heldUpload = nil
-            local.dirty = false
-            e.local = local
-            // Older uploads of this inode not yet running are superseded by this one.
-            let superseded = e.upload.map { [$0] } ?? []
-            if let u = e.upload { e.olderUploads.insert(u) }
-            e.upload = nil
-            // Until the new upload has its id, an older one landing must not take the local copy away.
-            e.submitting += 1
-            e.changedAt = .now
-            s.inodes[ino] = e
-            return (snapshot, local.size, held, durable, location, params, ct, tags, superseded, Self.replaces(e))
+            return take(&s, ino, e, local, snapshot: local.file, held: held, durable: durable, location: location)
         }
-        guard let (snapshot, size, held, durable, location, params, contentType, tags, superseded, replaces) = plan ?? nil else { return nil }
-        /// Undoes the plan: the content is dirty again, with its held record and its owed upload.
-        func restore(_ why: String) -> FSError {
-            logger.error("cannot hand \(location) to the upload queue: \(why)")
-            state.withLock { s in
-                guard var e = s.inodes[ino] else { return }
-                e.submitting -= 1
-                if var local = e.local {
-                    local.dirty = true
-                    if local.heldUpload == nil, let held { local.heldUpload = held }
-                    e.local = local
-                }
-                if e.upload == nil, let last = superseded.last {
-                    e.olderUploads.remove(last)
-                    e.upload = last
-                }
-                s.inodes[ino] = e
-            }
-            if snapshot.path != state.withLock({ $0.inodes[ino]?.local?.file.path }) { Glibc.unlink(snapshot.path) }
-            return FSError.io(why)
-        }
-        if !durable {
+        guard let t = plan ?? nil else { return nil }
+        if !t.durable {
             do {
-                try snapshot.sync()
+                try t.snapshot.sync()
             } catch {
-                throw restore("the local copy could not be made durable (fsync: \(error))")
+                throw untake(ino, t, "the local copy could not be made durable (fsync: \(error))")
             }
         }
         let id: Int64
         do {
-            if let held {
-                id = try await queue.release(held, cacheFile: snapshot.path, size: size, params: params, contentDurable: durable, takenAfter: takenAfter)
+            if let held = t.held {
+                id = try await queue.release(
+                    held, cacheFile: t.snapshot.path, size: t.size, params: t.params, contentDurable: t.durable, takenAfter: takenAfter)
                 // Kept in place, the record is still this inode's under the same id.
                 if id != held { state.withLock { $0.uploadOwner[held] = nil } }
             } else {
                 id = try await queue.enqueue(
-                    location: location, cacheFile: snapshot.path, size: size, params: params, contentType: contentType, tags: tags, replaces: replaces)
+                    location: t.location, cacheFile: t.snapshot.path, size: t.size, params: t.params, contentType: t.contentType, tags: t.tags,
+                    replaces: t.replaces, takenAfter: takenAfter)
             }
         } catch {
-            throw restore("the journal could not record it (\(error))")
+            throw untake(ino, t, "the journal could not record it (\(error))")
         }
+        recorded(ino, id)
+        for old in t.superseded where old != id {
+            if await !queue.isRunning(old) { _ = await cancelUpload(old, ino: ino) }
+        }
+        return id
+    }
+
+    /// A file's content taken for an upload (`take`): what goes, and the uploads it supersedes.
+    struct Taken {
+        let snapshot: CacheFile, size: Int64, held: Int64?, durable: Bool, location: Location
+        let params: UploadParams, contentType: String?, tags: [String]?, superseded: [Int64], replaces: UploadJournal.Deletion?
+    }
+
+    /// Takes the content of `e` (its local copy now `local`; `snapshot` the file that goes) for an
+    /// upload: clean from now on, its owed upload superseded (older uploads of the inode not yet
+    /// running are), counted as being submitted — an older upload landing must not take the local
+    /// copy away — until `recorded` or `untake`.
+    private func take(
+        _ s: inout State, _ ino: InodeNumber, _ e: InodeEntry, _ local: LocalContent, snapshot: CacheFile, held: Int64?, durable: Bool, location: Location
+    ) -> Taken {
+        var e = e, local = local
+        let (params, contentType, tags) = uploadParams(e)
+        local.dirty = false
+        e.local = local
+        let superseded = e.upload.map { [$0] } ?? []
+        if let u = e.upload { e.olderUploads.insert(u) }
+        e.upload = nil
+        e.submitting += 1
+        e.changedAt = .now
+        s.inodes[ino] = e
+        return Taken(
+            snapshot: snapshot, size: local.size, held: held, durable: durable, location: location, params: params, contentType: contentType,
+            tags: tags, superseded: superseded, replaces: Self.replaces(e))
+    }
+
+    /// The content taken is not in the queue: it is dirty again, with its held record and its owed
+    /// upload; a copy made for it goes.
+    private func untake(_ ino: InodeNumber, _ t: Taken, _ why: String) -> FSError {
+        logger.error("cannot hand \(t.location) to the upload queue: \(why)")
+        state.withLock { s in
+            guard var e = s.inodes[ino] else { return }
+            e.submitting -= 1
+            if var local = e.local {
+                local.dirty = true
+                if local.heldUpload == nil, let held = t.held { local.heldUpload = held }
+                e.local = local
+            }
+            if e.upload == nil, let last = t.superseded.last {
+                e.olderUploads.remove(last)
+                e.upload = last
+            }
+            s.inodes[ino] = e
+        }
+        if t.snapshot.path != state.withLock({ $0.inodes[ino]?.local?.file.path }) { Glibc.unlink(t.snapshot.path) }
+        return FSError.io(why)
+    }
+
+    /// The content taken is upload `id` now.
+    private func recorded(_ ino: InodeNumber, _ id: Int64) {
         state.withLock { s in
             s.inodes[ino]?.submitting -= 1
             s.inodes[ino]?.upload = id
             s.inodes[ino]?.olderUploads.remove(id)
             s.uploadOwner[id] = ino
         }
-        for old in superseded where old != id {
-            if await !queue.isRunning(old) { _ = await cancelUpload(old, ino: ino) }
-        }
-        return id
     }
 
     /// The file's changed content joins the upload queue now (`stowfs sync`, `fsync`), made durable
@@ -1143,9 +1167,8 @@ extension StowFileSystem {
     /// file back to older content than the sync promised.
     /// - Returns: the upload, and the older uploads of the file it supersedes; nil when nothing changed.
     private func sendNow(_ ino: InodeNumber) throws(FSError) -> (Int64, superseded: [Int64])? {
-        let plan = try state.withLock {
-            (s: inout State) throws(FSError) -> (CacheFile, Int64, Int64?, Bool, Location, UploadParams, String?, [String]?, [Int64], UploadJournal.Deletion?)? in
-            guard var e = s.inodes[ino], var local = e.local, local.dirty, !e.unlinked else { return nil }
+        let plan = try state.withLock { (s: inout State) throws(FSError) -> Taken? in
+            guard let e = s.inodes[ino], var local = e.local, local.dirty, !e.unlinked else { return nil }
             let location = try self.location(s, ino)
             var snapshot = local.file
             if local.writers > 0 {
@@ -1155,59 +1178,36 @@ extension StowFileSystem {
             }
             // Sent the usual way now: a stream must not complete after it.
             stopStream(&local, "sent the usual way")
-            let (params, ct, tags) = uploadParams(e)
             let held = local.heldUpload
             // A closed file unchanged since close's flush made it durable and wrote its held record:
             // durable already (fsynced, or its bytes in that record, which go along).
             let durable = local.writers == 0 && held != nil && local.durableAt == local.changes
-            local.dirty = false
-            e.local = local
-            let superseded = e.upload.map { [$0] } ?? []
-            if let u = e.upload { e.olderUploads.insert(u) }
-            e.upload = nil
-            e.submitting += 1
-            e.changedAt = .now
-            s.inodes[ino] = e
-            return (snapshot, local.size, held, durable, location, params, ct, tags, superseded, Self.replaces(e))
+            return take(&s, ino, e, local, snapshot: snapshot, held: held, durable: durable, location: location)
         }
-        guard let (snapshot, size, held, durable, location, params, contentType, tags, superseded, replaces) = plan else { return nil }
+        guard let t = plan else { return nil }
         let id: Int64
         do {
-            if !durable { try snapshot.sync() }
-            if let held {
+            if !t.durable { try t.snapshot.sync() }
+            if let held = t.held {
                 id = try queue.replaceHeldNow(
-                    held, location: location, cacheFile: snapshot.path, size: size, params: params, contentType: contentType, tags: tags,
-                    replaces: replaces, carryContent: durable)
+                    held, location: t.location, cacheFile: t.snapshot.path, size: t.size, params: t.params, contentType: t.contentType, tags: t.tags,
+                    replaces: t.replaces, carryContent: t.durable)
             } else {
                 id = try queue.enqueueNow(
-                    location: location, cacheFile: snapshot.path, size: size, params: params, contentType: contentType, tags: tags, replaces: replaces)
+                    location: t.location, cacheFile: t.snapshot.path, size: t.size, params: t.params, contentType: t.contentType, tags: t.tags,
+                    replaces: t.replaces)
             }
         } catch {
-            logger.error("cannot hand \(location) to the upload queue: \(error)")
-            state.withLock { s in
-                guard var e = s.inodes[ino] else { return }
-                e.submitting -= 1
-                e.local?.dirty = true
-                if e.upload == nil, let last = superseded.last {
-                    e.olderUploads.remove(last)
-                    e.upload = last
-                }
-                s.inodes[ino] = e
-            }
-            if snapshot.path != state.withLock({ $0.inodes[ino]?.local?.file.path }) { Glibc.unlink(snapshot.path) }
-            throw FSError.io("\(location) could not be made durable or recorded for its upload (\(error))")
+            throw untake(ino, t, "\(t.location) could not be made durable or recorded for its upload (\(error))")
         }
-        state.withLock { s in
-            s.inodes[ino]?.submitting -= 1
-            s.inodes[ino]?.upload = id
-            s.inodes[ino]?.olderUploads.remove(id)
-            s.uploadOwner[id] = ino
-            if let held {
+        recorded(ino, id)
+        if let held = t.held {
+            state.withLock { s in
                 if s.inodes[ino]?.local?.heldUpload == held { s.inodes[ino]?.local?.heldUpload = nil }
                 s.uploadOwner[held] = nil
             }
         }
-        return (id, superseded: superseded)
+        return (id, superseded: t.superseded)
     }
 
     /// Stops an owed upload for good; forgets it and its snapshot (unless the file still uses it).

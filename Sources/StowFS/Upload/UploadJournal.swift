@@ -367,16 +367,22 @@ public final class UploadJournal: Sendable {
     /// `contentLimit`), the copy need not have been fsynced: `restoreContents` writes it back after a crash.
     public func insert(
         location: Location, cacheFile: String, size: Int64, params: UploadParams, contentType: String?, tags: [String]?, patch: FilePatch?,
-        state: Record.State, content: Data? = nil, replaces: Deletion? = nil
+        state: Record.State, content: Data? = nil, replaces: Deletion? = nil, contentAfter: Int64? = nil
     ) throws -> Int64 {
         guard let ns = location.namespace else { throw FSError.notPermitted }
         let row = Self.row(ns, location, cacheFile, size, params, contentType, tags, patch, state, content: content, replaces: replaces)
-        if let closeLog, !closeLog.isBroken { return try logged(row, location) }
+        // The close log's rows carry no `content_after` (closes need none): a record with one, rare
+        // (a release with no held record), is a synced commit of its own.
+        if contentAfter == nil, let closeLog, !closeLog.isBroken { return try logged(row, location) }
         // No close log: a synced commit of its own.
         return try commit(synced: true) { db, id in
             var row = row
             Self.setReplaces(&row, self.current(location, replaces))
-            return try Self.insertRow(db, row, id: id)
+            let id = try Self.insertRow(db, row, id: id)
+            if let contentAfter {
+                try db.cachedStatement(sql: "UPDATE uploads SET content_after = ? WHERE id = ?").execute(arguments: [contentAfter, id])
+            }
+            return id
         }
     }
 

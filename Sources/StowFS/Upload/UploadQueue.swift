@@ -286,14 +286,15 @@ public actor UploadQueue {
 
     /// Records an upload owed to the server; returns its id. (Held records come from `enqueueHeld`.)
     @discardableResult
+    /// `takenAfter`: as `release`'s.
     public func enqueue(
         location: Location, cacheFile: String, size: Int64, params: UploadParams, contentType: String?, tags: [String]?,
-        replaces: UploadJournal.Deletion? = nil
+        replaces: UploadJournal.Deletion? = nil, takenAfter: Int64? = nil
     ) throws -> Int64 {
         let state = UploadJournal.Record.State.queued
         let id = try journal.insert(
             location: location, cacheFile: cacheFile, size: size, params: params, contentType: contentType, tags: tags, patch: nil, state: state,
-            replaces: replaces)
+            replaces: replaces, contentAfter: takenAfter)
         records[id] = UploadJournal.Record(
             id: id, location: location, cacheFile: cacheFile, size: size, params: params, contentType: contentType, tags: tags, patch: nil,
             session: nil, state: state, attempts: 0, lastError: nil, nextAttempt: 0, created: Int64(Date().timeIntervalSince1970 * 1000),
