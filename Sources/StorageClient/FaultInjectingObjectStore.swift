@@ -72,7 +72,7 @@ public final class FaultInjectingObjectStore: ObjectStore {
     }
 
     /// The next call of `op` is carried out, and its answer held until `releaseHeldAnswers()`
-    /// (so far for `record` and `list`). `heldAnswers` counts the answers waiting.
+    /// (so far for `record`, `list` and `rename`). `heldAnswers` counts the answers waiting.
     public func holdNextAnswer(of op: Operation) {
         state.withLock {
             $0.holdNext.insert(op)
@@ -187,7 +187,9 @@ public final class FaultInjectingObjectStore: ObjectStore {
     public func removeFolder(_ ns: Namespace, _ path: StoragePath) async throws { try await enter(.removeFolder); try await base.removeFolder(ns, path) }
     public func rename(_ ns: Namespace, from: StoragePath, to: StoragePath, replace: Bool, exchange: Bool) async throws -> FileRecord {
         try await enter(.rename)
-        return try await base.rename(ns, from: from, to: to, replace: replace, exchange: exchange)
+        let record = try await base.rename(ns, from: from, to: to, replace: replace, exchange: exchange)
+        try await leave(.rename)
+        return record
     }
     public func makeNode(_ ns: Namespace, _ path: StoragePath, _ request: NodeRequest) async throws -> FileRecord {
         try await enter(.makeNode)

@@ -1,5 +1,7 @@
 import Foundation
+import NIOCore
 import StorageClient
+import StorageProtocol
 import Testing
 @testable import StowFS
 
@@ -44,5 +46,36 @@ struct OpenSnapshotTests {
         await second.close()
         let want = race ? "v2" : "v1"
         #expect([local, stored] == [want, want])
+    }
+
+    /// A stored file open for writing is renamed; another descriptor's close comes while the server
+    /// renames (its answer held). The close's content belongs to the new name.
+    @Test("a close during the rename of its file: the content lands under the new name, the old one does not come back")
+    func closeDuringRename() async throws {
+        let base = InMemoryObjectStore(namespaces: [ns])
+        _ = try await base.upload(.bytes(ByteBuffer(string: "old")), size: 3, to: ns, try StoragePath("a"))
+        let store = FaultInjectingObjectStore(wrapping: base)
+        try await withEngine(store: store) { h in
+            let fs = h.fs
+            let ino = try await h.resolve("a")
+            let handle = try await fs.open(ino, write: true, truncate: true).handle
+            _ = try fs.write(ino, handle: handle, offset: 0, bytes: Array("new".utf8))
+            store.holdNextAnswer(of: .rename)
+            let mv = Task { try await fs.rename(parent: .root, name: "a", newParent: .root, newName: "b") }
+            var waited = 0
+            while store.heldAnswers == 0, waited < 5_000 {
+                try await Task.sleep(for: .milliseconds(1))
+                waited += 1
+            }
+            #expect(store.heldAnswers == 1, "the rename never reached the server")
+            try fs.flushHere(ino, handle: handle)  // close(2) of another descriptor, while the server renames
+            store.releaseHeldAnswers()
+            try await mv.value
+            await fs.release(ino, handle: handle)
+            let failures = await fs.sync()
+            #expect(failures.isEmpty)
+            #expect(try await h.stored("b") == "new")
+            await #expect(throws: (any Error).self, "the old name came back") { _ = try await h.storedRecord("a") }
+        }
     }
 }

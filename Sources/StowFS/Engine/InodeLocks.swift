@@ -64,4 +64,13 @@ final class FlushLocks: Sendable {
     func withLock(_ ino: InodeNumber, _ body: () throws(FSError) -> Void) throws(FSError) {
         try stripes[Int(ino % 64)].lock.withLock { (_: inout ()) throws(FSError) in try body() }
     }
+
+    /// The locks of several inodes at once (each stripe once, in the stripes' order).
+    func withLocks(_ inodes: [InodeNumber], _ body: () -> Void) {
+        func nest(_ rest: ArraySlice<Int>) {
+            guard let first = rest.first else { return body() }
+            stripes[first].lock.withLock { _ in nest(rest.dropFirst()) }
+        }
+        nest(Array(Set(inodes.map { Int($0 % 64) })).sorted()[...])
+    }
 }

@@ -187,20 +187,28 @@ extension StowFileSystem {
         }
         guard let ino = found else { return false }
         return try inodeLocks.ifFree(ino) { () throws(FSError) -> Bool in
-            let plan = try state.withLock { (s: inout State) throws(FSError) -> (Location, RemoteInfo)? in
-                let e = try inode(s, ino)
-                guard e.kind != .directory, !e.unlinked, e.attributes.nlink <= 1, let remote = e.remote, e.owedUploads.isEmpty,
-                    e.local?.stream == nil, e.local?.heldUpload == nil, s.inodes[parent]?.directory?.children[name] == ino
-                else { return nil }
-                return (try child(try self.location(s, parent), name), remote)
-            }
-            guard let (location, remote) = plan else { return false }
-            // As `unlinkLocked` does for a last name with nothing owed: the delete queued, the name gone.
-            try queueDelete(location, remoteIno: remote.ino, etag: remote.etag)
-            state.withLock { s in removeName(&s, parent: parent, name: name, ino: ino) }
-            urls.forget(location)
-            return true
+            // Under the file's flush lock: a close of it (another descriptor) either recorded its
+            // content before, and the file is not for here, or finds it unlinked after.
+            var done = false
+            try flushLocks.withLock(ino) { () throws(FSError) in done = try unlinkHereLocked(parent: parent, name: name, ino: ino) }
+            return done
         } ?? false
+    }
+
+    private func unlinkHereLocked(parent: InodeNumber, name: String, ino: InodeNumber) throws(FSError) -> Bool {
+        let plan = try state.withLock { (s: inout State) throws(FSError) -> (Location, RemoteInfo)? in
+            let e = try inode(s, ino)
+            guard e.kind != .directory, !e.unlinked, e.attributes.nlink <= 1, let remote = e.remote, e.owedUploads.isEmpty,
+                e.local?.stream == nil, e.local?.heldUpload == nil, s.inodes[parent]?.directory?.children[name] == ino
+            else { return nil }
+            return (try child(try self.location(s, parent), name), remote)
+        }
+        guard let (location, remote) = plan else { return false }
+        // As `unlinkLocked` does for a last name with nothing owed: the delete queued, the name gone.
+        try queueDelete(location, remoteIno: remote.ino, etag: remote.etag)
+        state.withLock { s in removeName(&s, parent: parent, name: name, ino: ino) }
+        urls.forget(location)
+        return true
     }
 
     private func unlinkLocked(parent: InodeNumber, name: String, ino: InodeNumber) async throws(FSError) {
@@ -254,16 +262,27 @@ extension StowFileSystem {
                 }
             }
         }
-        state.withLock { s in
-            for id in owed where lastName {
-                s.uploadOwner[id] = nil
+        // Under the file's flush lock: a close of it (another descriptor still open) during the
+        // waits above made a held record at this path, which nothing else would stop — the next
+        // mount would send it over whatever is here then. From here on a close finds it unlinked.
+        var late: Int64?
+        flushLocks.withLocks([ino]) {
+            state.withLock { s in
+                for id in owed where lastName {
+                    s.uploadOwner[id] = nil
+                }
+                if lastName {
+                    if let held = s.inodes[ino]?.local?.heldUpload, !owed.contains(held) { late = held }
+                    s.inodes[ino]?.upload = nil
+                    s.inodes[ino]?.olderUploads = []
+                    s.inodes[ino]?.local?.heldUpload = nil
+                }
+                removeName(&s, parent: parent, name: name, ino: ino)
             }
-            if lastName {
-                s.inodes[ino]?.upload = nil
-                s.inodes[ino]?.olderUploads = []
-                s.inodes[ino]?.local?.heldUpload = nil
-            }
-            removeName(&s, parent: parent, name: name, ino: ino)
+        }
+        if let late {
+            _ = await cancelUpload(late, ino: ino)
+            state.withLock { $0.uploadOwner[late] = nil }
         }
         urls.forget(location)
     }
@@ -452,33 +471,63 @@ extension StowFileSystem {
                 logger.error("\(srcLoc): the file this one replaced stays on the server: its delete could not be queued: \(error)")
             }
         }
-        state.withLock { s in
-            if s.inodes[src]?.local != nil { s.inodes[src]?.local?.replaced = replacesThere }
-            if let dst {
-                removeName(&s, parent: newParent, name: newName, ino: dst)
-                if srcEntry.kind == .directory && s.inodes[newParent]?.attributes.nlink ?? 0 > 2 { s.inodes[newParent]?.attributes.nlink -= 1 }
+        // Under the flush locks of both files: a close of either (another descriptor) during the
+        // waits above made a held record at its old path, which the moves and cancels above did
+        // not see. The moved file's goes to the new path, the replaced file's is stopped; from
+        // here on a close finds the new name (or the target unlinked).
+        var lateMoved: Int64?, lateReplaced: Int64?
+        let movedIDs = Set(moving.map(\.id))
+        let replacedIDs = Set(dstEntry.map { $0.owedUploads + ($0.local?.heldUpload.map { [$0] } ?? []) } ?? [])
+        flushLocks.withLocks([src] + (dst.map { [$0] } ?? [])) {
+            state.withLock { s in
+                if srcEntry.kind != .directory, let held = s.inodes[src]?.local?.heldUpload, !movedIDs.contains(held) { lateMoved = held }
+                if let dst, let d = dstEntry, d.kind != .directory, d.attributes.nlink <= 1, let held = s.inodes[dst]?.local?.heldUpload,
+                    !replacedIDs.contains(held)
+                {
+                    lateReplaced = held
+                    s.inodes[dst]?.local?.heldUpload = nil
+                }
+                renamedHere(&s, parent: parent, name: name, newParent: newParent, newName: newName, src: src, dst: dst, srcEntry: srcEntry,
+                    replacesThere: replacesThere, srcLoc: srcLoc, dstLoc: dstLoc)
             }
-            if s.inodes[parent]?.directory?.children[name] == src { s.inodes[parent]?.directory?.children[name] = nil }
-            s.inodes[parent]?.directory?.negative[name] = .now + configuration.negativeTTL
-            s.inodes[newParent]?.directory?.children[newName] = src
-            s.inodes[newParent]?.directory?.negative[newName] = nil
-            s.inodes[src]?.parent = newParent
-            s.inodes[src]?.name = newName
-            s.inodes[src]?.attributes.ctime = .now
-            s.inodes[src]?.changedAt = .now
-            if srcEntry.kind == .directory && parent != newParent {
-                s.inodes[parent]?.attributes.removeSubfolder()
-                s.inodes[newParent]?.attributes.addSubfolder()
-            }
-            touchDirectory(&s, parent)
-            touchDirectory(&s, newParent)
-            // Recovered uploads move too.
-            for (loc, r) in s.recovered where loc.isWithin(srcLoc) {
-                s.recovered[loc] = nil
-                var moved = r
-                moved.location = loc.rebased(from: srcLoc, to: dstLoc)
-                s.recovered[moved.location] = moved
-            }
+        }
+        if let lateMoved { _ = await queue.retarget(lateMoved, to: dstLoc) }
+        if let lateReplaced, let dst {
+            _ = await cancelUpload(lateReplaced, ino: dst)
+            state.withLock { $0.uploadOwner[lateReplaced] = nil }
+        }
+    }
+
+    /// The rename, as this mount's tree shows it (the caller holds the state lock).
+    private func renamedHere(
+        _ s: inout State, parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, src: InodeNumber, dst: InodeNumber?,
+        srcEntry: InodeEntry, replacesThere: RemoteInfo?, srcLoc: Location, dstLoc: Location
+    ) {
+        if s.inodes[src]?.local != nil { s.inodes[src]?.local?.replaced = replacesThere }
+        if let dst {
+            removeName(&s, parent: newParent, name: newName, ino: dst)
+            if srcEntry.kind == .directory && s.inodes[newParent]?.attributes.nlink ?? 0 > 2 { s.inodes[newParent]?.attributes.nlink -= 1 }
+        }
+        if s.inodes[parent]?.directory?.children[name] == src { s.inodes[parent]?.directory?.children[name] = nil }
+        s.inodes[parent]?.directory?.negative[name] = .now + configuration.negativeTTL
+        s.inodes[newParent]?.directory?.children[newName] = src
+        s.inodes[newParent]?.directory?.negative[newName] = nil
+        s.inodes[src]?.parent = newParent
+        s.inodes[src]?.name = newName
+        s.inodes[src]?.attributes.ctime = .now
+        s.inodes[src]?.changedAt = .now
+        if srcEntry.kind == .directory && parent != newParent {
+            s.inodes[parent]?.attributes.removeSubfolder()
+            s.inodes[newParent]?.attributes.addSubfolder()
+        }
+        touchDirectory(&s, parent)
+        touchDirectory(&s, newParent)
+        // Recovered uploads move too.
+        for (loc, r) in s.recovered where loc.isWithin(srcLoc) {
+            s.recovered[loc] = nil
+            var moved = r
+            moved.location = loc.rebased(from: srcLoc, to: dstLoc)
+            s.recovered[moved.location] = moved
         }
     }
 
