@@ -285,6 +285,28 @@ struct JournalTests {
         #expect(recovered.map(\.cacheFile) == [dir + "/Y"], "the second close's content (Y) was dropped as superseded; kept: \(recovered.map(\.cacheFile))")
     }
 
+    @Test("a rename's retarget moves a held record's path and nothing else: a close that changed it meanwhile keeps its size")
+    func retargetKeepsAClose() async throws {
+        let (dir, path) = Self.tempPath()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ns = try Namespace("held")
+        let (a, b) = (Location(namespace: ns, path: try StoragePath("a")), Location(namespace: ns, path: try StoragePath("b")))
+        let store = InMemoryObjectStore(namespaces: [ns])
+        do {
+            let journal = try UploadJournal(path: path)
+            let queue = try UploadQueue(journal: journal, store: store, parallelism: 1, chunkSize: 1 << 20, logger: Logger(label: "t"))
+            let held = try queue.enqueueHeld(location: a, cacheFile: dir + "/X", size: 1, params: UploadParams(), contentType: nil, tags: nil, content: Data("x".utf8))
+            _ = await queue.recovered  // the queue has taken it in
+            // A close on the FUSE thread: its journal row changed, the queue not told yet.
+            try journal.updateHeld(held, size: 5, params: UploadParams(mode: 0o600), content: Data("xxxxx".utf8))
+            _ = await queue.retarget(held, to: b)
+        }
+        let rows = try UploadJournal(path: path).all()
+        #expect(rows.map(\.location) == [b])
+        #expect(rows.map(\.size) == [5], "the close's size was written over by the retarget")
+        #expect(rows.first?.params.mode == 0o600)
+    }
+
     // MARK: - The close log
 
     /// A power cut, as the files show it after: SQLite's two files as they were at the last sync

@@ -491,7 +491,15 @@ extension StowFileSystem {
                     replacesThere: replacesThere, srcLoc: srcLoc, dstLoc: dstLoc)
             }
         }
-        if let lateMoved { _ = await queue.retarget(lateMoved, to: dstLoc) }
+        if let lateMoved {
+            _ = await queue.retarget(lateMoved, to: dstLoc)
+            // What it replaces there, as for the records moved before (for a mount after a crash).
+            if !needsServerRename {
+                await queue.setReplaces([lateMoved], replacesThere?.deletion)
+            } else if let (_, landed) = landedMoving, srcEntry.kind != .directory {
+                await queue.setReplaces([lateMoved], RemoteInfo(ino: landed.inode, etag: landed.etag).deletion)
+            }
+        }
         if let lateReplaced, let dst {
             _ = await cancelUpload(lateReplaced, ino: dst)
             state.withLock { $0.uploadOwner[lateReplaced] = nil }

@@ -687,6 +687,24 @@ public final class UploadJournal: Sendable {
             contentAfter: value(row, "content_after"))
     }
 
+    /// Points a record at another path (its file renamed), its session dropped; nothing else of it
+    /// changes.
+    public func retarget(_ id: Int64, to location: Location) throws {
+        guard let ns = location.namespace else { return }
+        try transaction(synced: true) { db, _ in
+            try db.cachedStatement(sql: "UPDATE uploads SET namespace = ?, path = ?, session = NULL WHERE id = ?")
+                .execute(arguments: [ns.name, location.path.string, id])
+        }
+    }
+
+    /// Sets what an upload declares (its params, content type and tags) and what is changed after it.
+    public func amend(_ id: Int64, params: UploadParams, contentType: String?, tags: [String]?, patch: FilePatch?) throws {
+        try transaction(synced: true) { db, _ in
+            try db.cachedStatement(sql: "UPDATE uploads SET params = ?, content_type = ?, tags = ?, patch = ? WHERE id = ?")
+                .execute(arguments: [Self.json(params), contentType, Self.json(tags), Self.json(patch), id])
+        }
+    }
+
     /// Writes every mutable field of a record but `replaces` (which `finish` keeps current, and
     /// `setReplaces` sets).
     public func update(_ r: Record) throws {

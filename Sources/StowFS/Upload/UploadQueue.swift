@@ -482,8 +482,12 @@ public actor UploadQueue {
         } else if let patch {
             r.patch = Self.merge(r.patch, patch)
         }
-        try journal.update(r)
-        records[id] = r
+        // These alone: a close may be changing the rest of a held record meanwhile (`updateHeldNow`).
+        try journal.amend(id, params: r.params, contentType: r.contentType, tags: r.tags, patch: r.patch)
+        records[id]?.params = r.params
+        records[id]?.contentType = r.contentType
+        records[id]?.tags = r.tags
+        records[id]?.patch = r.patch
         return true
     }
 
@@ -540,12 +544,13 @@ public actor UploadQueue {
             wake.signal()
         }
         if let stored = await interrupt(id) { return .alreadyStored(stored) }
-        guard var r = records[id] else { return storedLately[id].map { .alreadyStored($0) } ?? .cancelled }
+        guard let r = records[id] else { return storedLately[id].map { .alreadyStored($0) } ?? .cancelled }
         abandon(r.session)
-        r.session = nil
-        r.location = location
-        try? journal.update(r)
-        records[id] = r
+        // The path alone: a close may be changing the rest of a held record meanwhile (`updateHeldNow`,
+        // from the FUSE thread), which a whole record written back would undo.
+        try? journal.retarget(id, to: location)
+        records[id]?.session = nil
+        records[id]?.location = location
         wake.signal()
         return .cancelled
     }
