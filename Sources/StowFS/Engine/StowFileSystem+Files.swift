@@ -1023,8 +1023,9 @@ extension StowFileSystem {
     }
 
     private func submitLocked(_ ino: InodeNumber, onlyIfClosed: Bool) async throws(FSError) -> Int64? {
-        // A held record (made by close's flush) whose content a later copy already carries — a sync
-        // came between the flush and this release — is not needed any more.
+        // A held record (made by close's flush) whose content was sent already (the file is clean)
+        // is not needed any more. A sync no longer leaves one (`sendNow` takes its place); kept as
+        // a guard.
         let redundant: Int64? = state.withLock { s in
             guard onlyIfClosed, var e = s.inodes[ino], var local = e.local, let held = local.heldUpload, !local.dirty, local.writers == 0 else {
                 return nil

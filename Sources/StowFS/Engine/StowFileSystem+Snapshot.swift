@@ -293,10 +293,12 @@ extension StowFileSystem {
             state.withLock { s in
                 let complete = Self.walkKept(s, complete: [:]) { _ in }
                 let rootComplete = complete[.root] ?? false
+                let header = TreeSnapshot.Header(
+                    version: TreeSnapshot.currentVersion, namespace: namespace, rootRemote: s.inodes[.root]?.remote?.ino,
+                    rootComplete: rootComplete, savedNs: Timestamp.nowNanoseconds(), feedCursor: cursor, namespaceCreatedOn: namespaceCreatedOn,
+                    rootHeld: cursor == nil ? nil : rootComplete && s.inodes[.root]?.directory?.heldByFeed == true)
                 Self.snapshotJSON(
-                    namespace: namespace, rootRemote: s.inodes[.root]?.remote?.ino, rootComplete: rootComplete,
-                    savedNs: Timestamp.nowNanoseconds(), feedCursor: cursor, namespaceCreatedOn: namespaceCreatedOn,
-                    rootHeld: cursor == nil ? nil : rootComplete && s.inodes[.root]?.directory?.heldByFeed == true, chunk: 1 << 20,
+                    header, chunk: 1 << 20,
                     items: { write in
                         _ = Self.walkKept(s, complete: complete) { item in
                             kept += 1
@@ -349,43 +351,40 @@ extension StowFileSystem {
     /// A snapshot as JSON that `TreeSnapshot.read` (and JSONDecoder) reads, handed to `emit` in
     /// pieces of about `chunk` bytes.
     static func snapshotJSON(_ snapshot: TreeSnapshot, chunk: Int, _ emit: ([UInt8]) -> Void) {
-        snapshotJSON(
-            namespace: snapshot.namespace, rootRemote: snapshot.rootRemote, rootComplete: snapshot.rootComplete, savedNs: snapshot.savedNs,
-            feedCursor: snapshot.feedCursor, namespaceCreatedOn: snapshot.namespaceCreatedOn, rootHeld: snapshot.rootHeld,
-            chunk: chunk, items: { write in snapshot.items.forEach(write) }, emit)
+        snapshotJSON(snapshot.header, chunk: chunk, items: { write in snapshot.items.forEach(write) }, emit)
     }
 
-    /// The same, with the items from `items` (which calls its argument with each, in order).
+    /// The same, with `header` (its version aside: this code's is written) and the items from
+    /// `items` (which calls its argument with each, in order).
     static func snapshotJSON(
-        namespace: String?, rootRemote: UInt64?, rootComplete: Bool, savedNs: Int64, feedCursor: String?, namespaceCreatedOn: String?,
-        rootHeld: Bool?, chunk: Int, items: ((TreeSnapshot.Item) -> Void) -> Void, _ emit: ([UInt8]) -> Void
+        _ header: TreeSnapshot.Header, chunk: Int, items: ((TreeSnapshot.Item) -> Void) -> Void, _ emit: ([UInt8]) -> Void
     ) {
         var out: [UInt8] = []
         out.reserveCapacity(chunk + 4096)
         out.append(UInt8(ascii: "{"))
         JSONOut.key("version", &out, first: true)
         JSONOut.number(TreeSnapshot.currentVersion, &out)
-        if let namespace {
+        if let namespace = header.namespace {
             JSONOut.key("namespace", &out)
             JSONOut.string(namespace, &out)
         }
-        if let rootRemote {
+        if let rootRemote = header.rootRemote {
             JSONOut.key("rootRemote", &out)
             JSONOut.number(rootRemote, &out)
         }
         JSONOut.key("rootComplete", &out)
-        JSONOut.bool(rootComplete, &out)
+        JSONOut.bool(header.rootComplete, &out)
         JSONOut.key("savedNs", &out)
-        JSONOut.number(savedNs, &out)
-        if let feedCursor {
+        JSONOut.number(header.savedNs, &out)
+        if let feedCursor = header.feedCursor {
             JSONOut.key("feedCursor", &out)
             JSONOut.string(feedCursor, &out)
         }
-        if let namespaceCreatedOn {
+        if let namespaceCreatedOn = header.namespaceCreatedOn {
             JSONOut.key("namespaceCreatedOn", &out)
             JSONOut.string(namespaceCreatedOn, &out)
         }
-        if let rootHeld {
+        if let rootHeld = header.rootHeld {
             JSONOut.key("rootHeld", &out)
             JSONOut.bool(rootHeld, &out)
         }
