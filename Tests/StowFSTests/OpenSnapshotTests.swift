@@ -78,4 +78,77 @@ struct OpenSnapshotTests {
             await #expect(throws: (any Error).self, "the old name came back") { _ = try await h.storedRecord("a") }
         }
     }
+
+    /// A folder with a stored file open for writing is renamed; the file's last close comes while
+    /// the server renames (its answer held), and its upload is queued under the old folder. It must
+    /// wait for the rename and land under the new folder: sent at once, it made the old folder
+    /// again on the server (folders are made on the way), with the new content, and left the
+    /// moved file with the old.
+    @Test("a last close under a folder being renamed: the upload lands under the new folder, the old folder does not come back")
+    func closeDuringFolderRename() async throws {
+        let base = InMemoryObjectStore(namespaces: [ns])
+        _ = try await base.upload(.bytes(ByteBuffer(string: "old")), size: 3, to: ns, try StoragePath("d/f"))
+        let store = FaultInjectingObjectStore(wrapping: base)
+        // The listing trusted throughout (a loaded machine must not let it expire while the rename is
+        // held: the server no longer has the old folder); the rename's answer let go on any way out.
+        try await withEngine(store: store, configure: { $0.attributeTTL = .seconds(120) }) { h in
+            defer { store.releaseHeldAnswers() }
+            let fs = h.fs
+            let ino = try await h.resolve("d/f")
+            let handle = try await fs.open(ino, write: true, truncate: true).handle
+            _ = try fs.write(ino, handle: handle, offset: 0, bytes: Array("new".utf8))
+            store.holdNextAnswer(of: .rename)
+            let mv = Task { try await fs.rename(parent: .root, name: "d", newParent: .root, newName: "e") }
+            var waited = 0
+            while store.heldAnswers == 0, waited < 5_000 {
+                try await Task.sleep(for: .milliseconds(1))
+                waited += 1
+            }
+            #expect(store.heldAnswers == 1, "the rename never reached the server")
+            try fs.flushHere(ino, handle: handle)  // the last close(2), while the server renames
+            await fs.release(ino, handle: handle)
+            // Time for an upload that does not wait to land (it did, within milliseconds).
+            try await Task.sleep(for: .milliseconds(300))
+            store.releaseHeldAnswers()
+            try await mv.value
+            let failures = await fs.sync()
+            #expect(failures.isEmpty)
+            #expect(try await h.stored("e/f") == "new")
+            await #expect(throws: (any Error).self, "the old folder came back") { _ = try await h.storedRecord("d") }
+        }
+    }
+
+    /// The same with an unlink of a file in the folder (`rm d/g`) while the server renames: the
+    /// delete, queued under the old path, went to a name the server no longer had, and the file
+    /// stayed in the moved folder.
+    @Test("an unlink under a folder being renamed: the file is deleted from the moved folder")
+    func unlinkDuringFolderRename() async throws {
+        let base = InMemoryObjectStore(namespaces: [ns])
+        _ = try await base.upload(.bytes(ByteBuffer(string: "g")), size: 1, to: ns, try StoragePath("d/g"))
+        let store = FaultInjectingObjectStore(wrapping: base)
+        // The listing trusted throughout (a loaded machine must not let it expire while the rename is
+        // held: the server no longer has the old folder); the rename's answer let go on any way out.
+        try await withEngine(store: store, configure: { $0.attributeTTL = .seconds(120) }) { h in
+            defer { store.releaseHeldAnswers() }
+            let fs = h.fs
+            let dir = try await h.resolve("d")
+            _ = try await h.resolve("d/g")
+            store.holdNextAnswer(of: .rename)
+            let mv = Task { try await fs.rename(parent: .root, name: "d", newParent: .root, newName: "e") }
+            var waited = 0
+            while store.heldAnswers == 0, waited < 5_000 {
+                try await Task.sleep(for: .milliseconds(1))
+                waited += 1
+            }
+            #expect(store.heldAnswers == 1, "the rename never reached the server")
+            try await fs.unlink(parent: dir, name: "g")
+            try await Task.sleep(for: .milliseconds(300))
+            store.releaseHeldAnswers()
+            try await mv.value
+            let failures = await fs.sync()
+            #expect(failures.isEmpty)
+            await #expect(throws: (any Error).self, "the unlinked file is still in the moved folder") { _ = try await h.storedRecord("e/g") }
+            await #expect(throws: (any Error).self, "the old folder came back") { _ = try await h.storedRecord("d") }
+        }
+    }
 }

@@ -73,4 +73,11 @@ final class FlushLocks: Sendable {
         }
         nest(Array(Set(inodes.map { Int($0 % 64) })).sorted()[...])
     }
+
+    /// Every inode's lock at once: no close's flush, sync's copy or unlink is halfway (its path
+    /// read, its record not yet written) while `body` runs. For a folder's rename, whose files are
+    /// too many to name.
+    func withAllLocks(_ body: () -> Void) {
+        withLocks((0..<64).map { InodeNumber($0) }, body)
+    }
 }

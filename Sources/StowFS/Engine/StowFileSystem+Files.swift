@@ -1117,6 +1117,7 @@ extension StowFileSystem {
         if let u = e.upload { e.olderUploads.insert(u) }
         e.upload = nil
         e.submitting += 1
+        s.takesInFlight += 1
         e.changedAt = .now
         s.inodes[ino] = e
         return Taken(
@@ -1129,6 +1130,7 @@ extension StowFileSystem {
     private func untake(_ ino: InodeNumber, _ t: Taken, _ why: String) -> FSError {
         logger.error("cannot hand \(t.location) to the upload queue: \(why)")
         state.withLock { s in
+            s.takesInFlight -= 1
             guard var e = s.inodes[ino] else { return }
             e.submitting -= 1
             if var local = e.local {
@@ -1149,6 +1151,7 @@ extension StowFileSystem {
     /// The content taken is upload `id` now.
     private func recorded(_ ino: InodeNumber, _ id: Int64) {
         state.withLock { s in
+            s.takesInFlight -= 1
             s.inodes[ino]?.submitting -= 1
             s.inodes[ino]?.upload = id
             s.inodes[ino]?.olderUploads.remove(id)

@@ -346,13 +346,26 @@ extension StowFileSystem {
             urls.forget(under: dstLoc)
             return
         }
-        try await lockedInode([src] + (dst.map { [$0] } ?? [])) { () async throws(FSError) in
-            try await self.renameLocked(
-                parent: parent, name: name, newParent: newParent, newName: newName, src: src, dst: dst, srcLoc: srcLoc, dstLoc: dstLoc)
+        let folder = srcEntry.kind == .directory
+        // A folder's files are not locked by the rename: what is queued under it from now on
+        // (a close, a new file, an unlink there) waits, and is moved below.
+        if folder { await queue.pause(under: srcLoc) }
+        do throws(FSError) {
+            try await lockedInode([src] + (dst.map { [$0] } ?? [])) { () async throws(FSError) in
+                try await self.renameLocked(
+                    parent: parent, name: name, newParent: newParent, newName: newName, src: src, dst: dst, srcLoc: srcLoc, dstLoc: dstLoc)
+            }
+        } catch {
+            if folder { await queue.resume(under: srcLoc) }
+            throw error
         }
-        if srcEntry.kind == .directory {
-            // Files closed under the folder while it moved may have queued their old paths: move those too.
+        if folder {
+            // Files closed under the folder while it moved queued their old paths: move those too,
+            // once the releases that read the old path before the folder moved here have written
+            // their records.
+            await waitForTakes()
             for r in await queue.records(under: srcLoc) { _ = await queue.retarget(r.id, to: r.location.rebased(from: srcLoc, to: dstLoc)) }
+            await queue.resume(under: srcLoc)
         }
         urls.forget(under: srcLoc)
         urls.forget(under: dstLoc)
@@ -478,7 +491,9 @@ extension StowFileSystem {
         var lateMoved: Int64?, lateReplaced: Int64?
         let movedIDs = Set(moving.map(\.id))
         let replacedIDs = Set(dstEntry.map { $0.owedUploads + ($0.local?.heldUpload.map { [$0] } ?? []) } ?? [])
-        flushLocks.withLocks([src] + (dst.map { [$0] } ?? [])) {
+        // A folder: every file's, since a close of any file under it reads the path it records.
+        let lockAll = srcEntry.kind == .directory
+        func moveHere() {
             state.withLock { s in
                 if srcEntry.kind != .directory, let held = s.inodes[src]?.local?.heldUpload, !movedIDs.contains(held) { lateMoved = held }
                 if let dst, let d = dstEntry, d.kind != .directory, d.attributes.nlink <= 1, let held = s.inodes[dst]?.local?.heldUpload,
@@ -491,6 +506,7 @@ extension StowFileSystem {
                     replacesThere: replacesThere, srcLoc: srcLoc, dstLoc: dstLoc)
             }
         }
+        if lockAll { flushLocks.withAllLocks(moveHere) } else { flushLocks.withLocks([src] + (dst.map { [$0] } ?? []), moveHere) }
         if let lateMoved {
             _ = await queue.retarget(lateMoved, to: dstLoc)
             // What it replaces there, as for the records moved before (for a mount after a crash).
@@ -503,6 +519,19 @@ extension StowFileSystem {
         if let lateReplaced, let dst {
             _ = await cancelUpload(lateReplaced, ino: dst)
             state.withLock { $0.uploadOwner[lateReplaced] = nil }
+        }
+    }
+
+    /// Waits (at most 5 s) until the releases under way now have written their records: each read
+    /// its file's path when it took the content (`take`), and writes it to the journal after an
+    /// fsync. Those that take content later read the tree as it is now.
+    private func waitForTakes() async {
+        let taking: [InodeNumber] = state.withLock { s in s.takesInFlight == 0 ? [] : s.inodes.values.filter { $0.submitting > 0 }.map(\.ino) }
+        let deadline = ContinuousClock.now + .seconds(5)
+        for ino in taking {
+            while state.withLock({ $0.inodes[ino]?.submitting ?? 0 }) > 0, ContinuousClock.now < deadline {
+                try? await Task.sleep(for: .milliseconds(1))
+            }
         }
     }
 

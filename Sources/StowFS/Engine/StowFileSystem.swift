@@ -302,6 +302,9 @@ public final class StowFileSystem: Sendable {
         var nextLocal: InodeNumber = .firstLocal
         /// Which inode each owed upload belongs to.
         var uploadOwner: [Int64: InodeNumber] = [:]
+        /// Contents taken for an upload and not yet recorded (`take` to `recorded` or `untake`),
+        /// of every inode: a folder's rename waits for them (`waitForTakes`) when there are any.
+        var takesInFlight = 0
         /// Server folders the change feed named (another client changed a name in them, or asked
         /// for their names lease) before this mount knew them, and when: a folder this mount makes
         /// is known only once its `makeFolder` answers, and a change in it meanwhile would be lost

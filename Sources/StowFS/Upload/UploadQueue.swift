@@ -125,6 +125,8 @@ public actor UploadQueue {
     private var cancelling: Set<Int64> = []
     /// Records not to be started until `resume` (a rename on the server is on its way for them).
     private var paused: Set<Int64> = []
+    /// Folders being renamed (`pause(under:)`), once for each rename.
+    private var pausedUnder: [Location] = []
     /// Records whose start request is on its way (their parameters are fixed).
     private var starting: Set<Int64> = []
     /// Records past their last byte: from here on they are let finish, never cut off (a complete cut
@@ -535,6 +537,23 @@ public actor UploadQueue {
         wake.signal()
     }
 
+    /// Keeps every record at or under `location` from starting until `resume(under:)`, those queued
+    /// from now on too: a folder being renamed. A close under it while the server renames queues
+    /// the old path, and sent then it would make the old folder again on the server (folders are
+    /// made on the way) and leave the moved file with its older content; the rename moves it first.
+    public func pause(under location: Location) {
+        pausedUnder.append(location)
+    }
+
+    public func resume(under location: Location) {
+        if let i = pausedUnder.firstIndex(of: location) { pausedUnder.remove(at: i) }
+        wake.signal()
+    }
+
+    private func isPausedUnder(_ location: Location) -> Bool {
+        !pausedUnder.isEmpty && pausedUnder.contains { location.isWithin($0) }
+    }
+
     public func retarget(_ id: Int64, to location: Location) async -> CancelOutcome {
         logger.debug("retarget #\(id) → \(location) (running: \(running[id] != nil))")
         // Held back from the scheduler until the change is made (interrupt awaits, and a wake-up could restart it).
@@ -792,7 +811,7 @@ public actor UploadQueue {
             // request's answer starts. A round then costs the same with 100 files queued or 100,000.
             if blockedSmall > Self.scanLookahead { break }
             // A held record (a file still open) waits for its release and holds nobody up; so does one being cancelled.
-            guard r.state != .held, !cancelling.contains(r.id), !paused.contains(r.id) else { continue }
+            guard r.state != .held, !cancelling.contains(r.id), !paused.contains(r.id), !isPausedUnder(r.location) else { continue }
             // Oldest first per path: a younger record waits for an older one of the same path.
             if seen.contains(r.location) || busyLocations.contains(r.location) {
                 seen.insert(r.location)
@@ -847,7 +866,9 @@ public actor UploadQueue {
             }
             looked += 1
             if looked > Self.scanLookahead || picked.count == Self.deletionBatchMax { break }
-            guard running[id] == nil, !cancelling.contains(id), !busyLocations.contains(r.location), let ns = r.location.namespace else { continue }
+            guard running[id] == nil, !cancelling.contains(id), !busyLocations.contains(r.location), !isPausedUnder(r.location),
+                let ns = r.location.namespace
+            else { continue }
             if r.nextAttempt > now {
                 nextDue = min(nextDue, r.nextAttempt)
                 continue
