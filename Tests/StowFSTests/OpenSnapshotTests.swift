@@ -118,6 +118,52 @@ struct OpenSnapshotTests {
         }
     }
 
+    /// The same with a large file streamed to the server as it is written (S1): its last close
+    /// while the server renames its folder must not complete the stream, which is bound to the
+    /// old path (it made the old folder again there, and the moved folder kept no such file).
+    @Test("a streamed file's last close under a folder being renamed: it lands under the new folder", .timeLimit(.minutes(1)))
+    func streamDuringFolderRename() async throws {
+        let base = InMemoryObjectStore(namespaces: [ns])
+        _ = try await base.upload(.bytes(ByteBuffer(string: "x")), size: 1, to: ns, try StoragePath("d/x"))
+        let store = FaultInjectingObjectStore(wrapping: base)
+        let bytes = (0..<(200 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+        try await withEngine(
+            store: store,
+            configure: { c in
+                c.attributeTTL = .seconds(120)
+                c.streamThreshold = 64 << 10
+                c.streamChunkSize = 16 << 10
+            }
+        ) { h in
+            defer { store.releaseHeldAnswers() }
+            let fs = h.fs
+            let dir = try await h.resolve("d")
+            let (entry, opened) = try fs.create(parent: dir, name: "big.bin", mode: 0o644, caller: .root)
+            for start in stride(from: 0, to: bytes.count, by: 10 << 10) {
+                _ = try fs.write(entry.ino, handle: opened.handle, offset: Int64(start), bytes: Array(bytes[start..<min(bytes.count, start + (10 << 10))]))
+            }
+            for _ in 0..<2000 where store.calls(of: .send) == 0 { try await Task.sleep(for: .milliseconds(10)) }
+            try #require(store.calls(of: .send) > 0, "the file did not start streaming within 20 s")
+            store.holdNextAnswer(of: .rename)
+            let mv = Task { try await fs.rename(parent: .root, name: "d", newParent: .root, newName: "e") }
+            var waited = 0
+            while store.heldAnswers == 0, waited < 5_000 {
+                try await Task.sleep(for: .milliseconds(1))
+                waited += 1
+            }
+            #expect(store.heldAnswers == 1, "the rename never reached the server")
+            try await fs.flush(entry.ino, handle: opened.handle)  // the last close(2), while the server renames
+            await fs.release(entry.ino, handle: opened.handle)
+            try await Task.sleep(for: .milliseconds(300))
+            store.releaseHeldAnswers()
+            try await mv.value
+            let failures = await fs.sync()
+            #expect(failures.isEmpty)
+            #expect(try await h.storedBytes("e/big.bin") == bytes)
+            await #expect(throws: (any Error).self, "the old folder came back") { _ = try await h.storedRecord("d") }
+        }
+    }
+
     /// The same with an unlink of a file in the folder (`rm d/g`) while the server renames: the
     /// delete, queued under the old path, went to a name the server no longer had, and the file
     /// stayed in the moved folder.

@@ -810,7 +810,7 @@ extension StowFileSystem {
                 stream.grew(to: local.size)
             } else if local.appendOnly, configuration.streamThreshold > 0, local.size >= configuration.streamThreshold, local.writers == 1,
                 e.upload == nil, e.olderUploads.isEmpty, e.submitting == 0, !e.unlinked, streamSupport.works, !uploadsPaused.load(ordering: .relaxed),
-                let location = try? self.location(s, ino), location.namespace != nil
+                let location = try? self.location(s, ino), location.namespace != nil, !s.renamingFolders.contains(where: { location.isWithin($0) })
             {
                 // Large, and written from empty by appends: it goes to the server as it grows.
                 logger.debug("streaming \(location) from \(local.size) bytes")
@@ -870,6 +870,7 @@ extension StowFileSystem {
             // rest reaches the server soon.
             guard local.dirty, local.writers == 1, !e.unlinked, e.upload == nil, e.olderUploads.isEmpty, e.submitting == 0,
                 let location = try? self.location(s, ino), location == stream.location,
+                !s.renamingFolders.contains(where: { location.isWithin($0) }),
                 stream.catchesUp(tail: local.size - stream.sent, within: timeout / 2)
             else {
                 stopStream(&local, "not the file as closed, or its rest would take too long")
@@ -879,9 +880,12 @@ extension StowFileSystem {
             }
             let (params, ct, tags) = uploadParams(e)
             let request = StartUploadRequest(fileName: location.path.string, contentType: ct, size: local.size, tags: tags, params: params, deferLength: true)
+            // A folder rename waits for it (`beginFolderRename`) until it is done here.
+            s.finishing[ino] = location
             return (stream, local.size, local.changes, request, local.heldUpload)
         }
         guard let (stream, size, changes, request, held) = plan else { return false }
+        defer { state.withLock { _ = $0.finishing.removeValue(forKey: ino) } }
         // Uploads of this path still queued (another file's, renamed here or replaced) land first:
         // a stream bypasses the queue's order, so then it is abandoned and the file queues behind them.
         if await !queue.records(under: stream.location).filter({ $0.location == stream.location && $0.id != held }).isEmpty {
@@ -1089,7 +1093,7 @@ extension StowFileSystem {
         } catch {
             throw untake(ino, t, "the journal could not record it (\(error))")
         }
-        recorded(ino, id)
+        recorded(ino, id, token: t.token)
         for old in t.superseded where old != id {
             if await !queue.isRunning(old) { _ = await cancelUpload(old, ino: ino) }
         }
@@ -1100,6 +1104,8 @@ extension StowFileSystem {
     struct Taken {
         let snapshot: CacheFile, size: Int64, held: Int64?, durable: Bool, location: Location
         let params: UploadParams, contentType: String?, tags: [String]?, superseded: [Int64], replaces: UploadJournal.Deletion?
+        /// Its number in `State.takes`.
+        let token: Int64
     }
 
     /// Takes the content of `e` (its local copy now `local`; `snapshot` the file that goes) for an
@@ -1117,12 +1123,14 @@ extension StowFileSystem {
         if let u = e.upload { e.olderUploads.insert(u) }
         e.upload = nil
         e.submitting += 1
-        s.takesInFlight += 1
+        let token = s.nextTake
+        s.nextTake += 1
+        s.takes[token] = location
         e.changedAt = .now
         s.inodes[ino] = e
         return Taken(
             snapshot: snapshot, size: local.size, held: held, durable: durable, location: location, params: params, contentType: contentType,
-            tags: tags, superseded: superseded, replaces: Self.replaces(e))
+            tags: tags, superseded: superseded, replaces: Self.replaces(e), token: token)
     }
 
     /// The content taken is not in the queue: it is dirty again, with its held record and its owed
@@ -1130,7 +1138,7 @@ extension StowFileSystem {
     private func untake(_ ino: InodeNumber, _ t: Taken, _ why: String) -> FSError {
         logger.error("cannot hand \(t.location) to the upload queue: \(why)")
         state.withLock { s in
-            s.takesInFlight -= 1
+            s.takes[t.token] = nil
             guard var e = s.inodes[ino] else { return }
             e.submitting -= 1
             if var local = e.local {
@@ -1149,9 +1157,9 @@ extension StowFileSystem {
     }
 
     /// The content taken is upload `id` now.
-    private func recorded(_ ino: InodeNumber, _ id: Int64) {
+    private func recorded(_ ino: InodeNumber, _ id: Int64, token: Int64) {
         state.withLock { s in
-            s.takesInFlight -= 1
+            s.takes[token] = nil
             s.inodes[ino]?.submitting -= 1
             s.inodes[ino]?.upload = id
             s.inodes[ino]?.olderUploads.remove(id)
@@ -1204,7 +1212,7 @@ extension StowFileSystem {
         } catch {
             throw untake(ino, t, "\(t.location) could not be made durable or recorded for its upload (\(error))")
         }
-        recorded(ino, id)
+        recorded(ino, id, token: t.token)
         if let held = t.held {
             state.withLock { s in
                 if s.inodes[ino]?.local?.heldUpload == held { s.inodes[ino]?.local?.heldUpload = nil }

@@ -250,8 +250,9 @@ extension StowFileSystem {
         }
         if let stored, let ns = location.namespace {
             if lastName {
-                // The file goes for good: the delete is queued (journaled), and sent with others.
-                try queueDelete(location, remoteIno: stored.ino, etag: stored.etag)
+                // The file goes for good: the delete is queued (journaled), and sent with others —
+                // below, under the flush lock, at the path the name has then (its folder may have
+                // been renamed during the waits above: `rename` moves what is queued under it).
             } else {
                 // One name of several: the server's link count must be right now (the others stay).
                 do {
@@ -266,7 +267,17 @@ extension StowFileSystem {
         // waits above made a held record at this path, which nothing else would stop — the next
         // mount would send it over whatever is here then. From here on a close finds it unlinked.
         var late: Int64?
+        var deleteFailed: FSError?
         flushLocks.withLocks([ino]) {
+            if lastName, let stored, location.namespace != nil {
+                do throws(FSError) {
+                    let now = try state.withLock { (s: inout State) throws(FSError) -> Location in try child(try self.location(s, parent), name) }
+                    try queueDelete(now, remoteIno: stored.ino, etag: stored.etag)
+                } catch {
+                    deleteFailed = error
+                    return
+                }
+            }
             state.withLock { s in
                 for id in owed where lastName {
                     s.uploadOwner[id] = nil
@@ -280,6 +291,7 @@ extension StowFileSystem {
                 removeName(&s, parent: parent, name: name, ino: ino)
             }
         }
+        if let deleteFailed { throw deleteFailed }
         if let late {
             _ = await cancelUpload(late, ino: ino)
             state.withLock { $0.uploadOwner[late] = nil }
@@ -349,22 +361,29 @@ extension StowFileSystem {
         let folder = srcEntry.kind == .directory
         // A folder's files are not locked by the rename: what is queued under it from now on
         // (a close, a new file, an unlink there) waits, and is moved below.
-        if folder { await queue.pause(under: srcLoc) }
+        if folder {
+            await queue.pause(under: srcLoc)
+            await beginFolderRename(srcLoc)
+        }
         do throws(FSError) {
             try await lockedInode([src] + (dst.map { [$0] } ?? [])) { () async throws(FSError) in
                 try await self.renameLocked(
                     parent: parent, name: name, newParent: newParent, newName: newName, src: src, dst: dst, srcLoc: srcLoc, dstLoc: dstLoc)
             }
         } catch {
-            if folder { await queue.resume(under: srcLoc) }
+            if folder {
+                endFolderRename(srcLoc)
+                await queue.resume(under: srcLoc)
+            }
             throw error
         }
         if folder {
             // Files closed under the folder while it moved queued their old paths: move those too,
             // once the releases that read the old path before the folder moved here have written
             // their records.
-            await waitForTakes()
+            await waitForTakes(under: srcLoc)
             for r in await queue.records(under: srcLoc) { _ = await queue.retarget(r.id, to: r.location.rebased(from: srcLoc, to: dstLoc)) }
+            endFolderRename(srcLoc)
             await queue.resume(under: srcLoc)
         }
         urls.forget(under: srcLoc)
@@ -522,16 +541,34 @@ extension StowFileSystem {
         }
     }
 
-    /// Waits (at most 5 s) until the releases under way now have written their records: each read
-    /// its file's path when it took the content (`take`), and writes it to the journal after an
-    /// fsync. Those that take content later read the tree as it is now.
-    private func waitForTakes() async {
-        let taking: [InodeNumber] = state.withLock { s in s.takesInFlight == 0 ? [] : s.inodes.values.filter { $0.submitting > 0 }.map(\.ino) }
-        let deadline = ContinuousClock.now + .seconds(5)
-        for ino in taking {
-            while state.withLock({ $0.inodes[ino]?.submitting ?? 0 }) > 0, ContinuousClock.now < deadline {
-                try? await Task.sleep(for: .milliseconds(1))
-            }
+    /// Waits until the releases under `location` under way now have written their records: each
+    /// read its file's path when it took the content (`take`), and writes it to the journal after
+    /// an fsync. Those that take content later read the tree as it is now. (At most a minute: a
+    /// disk that slow has bigger troubles, and the rename must not hang on it.)
+    private func waitForTakes(under location: Location) async {
+        let taking = state.withLock { s in Set(s.takes.filter { $0.value.isWithin(location) }.keys) }
+        guard !taking.isEmpty else { return }
+        let deadline = ContinuousClock.now + .seconds(60)
+        while state.withLock({ s in taking.contains { s.takes[$0] != nil } }), ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(1))
+        }
+    }
+
+    /// Marks a folder as being renamed (`State.renamingFolders`): a stream under it neither starts
+    /// nor completes (each is bound to its path on the server: completed after the rename, it would
+    /// make the old folder again); the file goes the usual way, through the queue. Waits for the
+    /// streams completing now.
+    private func beginFolderRename(_ location: Location) async {
+        state.withLock { $0.renamingFolders.append(location) }
+        let deadline = ContinuousClock.now + configuration.streamFinishTimeout + .seconds(5)
+        while state.withLock({ s in s.finishing.values.contains { $0.isWithin(location) } }), ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(2))
+        }
+    }
+
+    private func endFolderRename(_ location: Location) {
+        state.withLock { s in
+            if let i = s.renamingFolders.firstIndex(of: location) { s.renamingFolders.remove(at: i) }
         }
     }
 

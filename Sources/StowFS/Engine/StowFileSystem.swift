@@ -303,8 +303,14 @@ public final class StowFileSystem: Sendable {
         /// Which inode each owed upload belongs to.
         var uploadOwner: [Int64: InodeNumber] = [:]
         /// Contents taken for an upload and not yet recorded (`take` to `recorded` or `untake`),
-        /// of every inode: a folder's rename waits for them (`waitForTakes`) when there are any.
-        var takesInFlight = 0
+        /// by a number of their own, with the path each read: a folder's rename waits for those
+        /// under it (`waitForTakes`).
+        var takes: [Int64: Location] = [:]
+        var nextTake: Int64 = 0
+        /// Folders being renamed now (once for each rename): no stream under them starts or completes.
+        var renamingFolders: [Location] = []
+        /// Streams completing now (`finishStream`), by inode, with their paths.
+        var finishing: [InodeNumber: Location] = [:]
         /// Server folders the change feed named (another client changed a name in them, or asked
         /// for their names lease) before this mount knew them, and when: a folder this mount makes
         /// is known only once its `makeFolder` answers, and a change in it meanwhile would be lost
