@@ -617,6 +617,27 @@ def make_sources(src, big_size, small_count, tree_files):
     return big, small, tar, tree
 
 
+DAMON_STATE = "/sys/kernel/mm/damon/admin/kdamonds/0/state"
+
+
+def damon(value=None):
+    """DAMON's state ("on", "off"), None where the kernel runs none; with `value`, sets it first.
+    This VM's kdamond pages out whatever was not touched for about a minute (the benchmark's source
+    files included, between their uses). The file answers EBUSY now and then: asked again."""
+    for _ in range(10):
+        try:
+            if value is not None:
+                with open(DAMON_STATE, "w") as f:
+                    f.write(value)
+            with open(DAMON_STATE) as f:
+                return f.read().strip()
+        except FileNotFoundError:
+            return None
+        except OSError:
+            time.sleep(0.2)
+    return None
+
+
 def fio_iops(path, seconds):
     out = run(["fio", "--name=w7", f"--filename={path}", "--rw=randread", "--bs=4k", "--ioengine=psync", "--time_based", f"--runtime={seconds}",
                "--readonly", "--invalidate=1", "--output-format=json"]).stdout
@@ -710,6 +731,9 @@ def main():
     ap.add_argument("--out", default=os.path.join(REPO, "bench/results"))
     ap.add_argument("--smoke", action="store_true", help="a few MiB, one run: checks that the benchmark works")
     ap.add_argument("--small-only", action="store_true", help="only the small-file workloads (W4, W5, W6): a quicker check of a change to them")
+    ap.add_argument("--pause-damon", action="store_true", help="turn the kernel's DAMON reclaim (kdamond) off for the run and on again "
+                    "after: on this VM it pages out files not read for a minute, the sources included, and the next read of them "
+                    "goes to the disk")
     args = ap.parse_args()
     if args.smoke:
         args.runs, args.size, args.small_files, args.tree_files, args.fio_seconds = 1, "8M", 50, 100, 2
@@ -756,6 +780,10 @@ def main():
     tree_files, tree_bytes = tree_stats(src[3])
 
     results = {s.key: [] for s in systems}
+    damon_paused = False
+    if args.pause_damon:
+        damon_paused = damon() == "on" and damon("off") == "off"
+        log("DAMON's reclaim paused for the run" if damon_paused else "DAMON's reclaim was not on: nothing to pause")
     try:
         if cluster:
             cluster.start()
@@ -772,11 +800,16 @@ def main():
     finally:
         if cluster:
             cluster.stop()
+        if damon_paused:
+            damon("on")
 
     medians = {k: {w: (statistics.median([r[w] for r in rs if r.get(w) is not None]) if any(r.get(w) is not None for r in rs) else None)
                    for w, *_ in WORKLOADS} for k, rs in results.items()}
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), platform.machine())
     machine = f"{cpu}, {os.cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') >> 30} GiB, Linux {platform.release()}"
+    reclaim = "paused" if damon_paused else damon()
+    if reclaim:
+        machine += f", DAMON reclaim {reclaim}"
     # fio runs only W7 (not with --small-only): a machine without it still gets its report.
     versions = list(dict.fromkeys(versions)) + ([run(["fio", "--version"]).stdout.strip()] if shutil.which("fio") else [])
 
