@@ -164,6 +164,45 @@ struct OpenSnapshotTests {
         }
     }
 
+    /// Two stored files are exchanged (`renameat2(RENAME_EXCHANGE)`); one of them, open for
+    /// writing, is closed while the server swaps them. Its content belongs to its new name: sent
+    /// to the old one, it wrote over the other file there (whose content was then lost).
+    @Test("a close during an exchange of two files: the content lands under the file's new name, the other file is kept")
+    func closeDuringExchange() async throws {
+        let base = InMemoryObjectStore(namespaces: [ns])
+        _ = try await base.upload(.bytes(ByteBuffer(string: "A0")), size: 2, to: ns, try StoragePath("a"))
+        _ = try await base.upload(.bytes(ByteBuffer(string: "B0")), size: 2, to: ns, try StoragePath("b"))
+        let store = FaultInjectingObjectStore(wrapping: base)
+        try await withEngine(store: store, configure: { $0.attributeTTL = .seconds(120) }) { h in
+            defer { store.releaseHeldAnswers() }
+            let fs = h.fs
+            let ino = try await h.resolve("a")
+            _ = try await h.resolve("b")
+            let handle = try await fs.open(ino, write: true, truncate: true).handle
+            _ = try fs.write(ino, handle: handle, offset: 0, bytes: Array("A1".utf8))
+            store.holdNextAnswer(of: .rename)
+            let swap = Task { try await fs.rename(parent: .root, name: "a", newParent: .root, newName: "b", exchange: true) }
+            var waited = 0
+            while store.heldAnswers == 0, waited < 5_000 {
+                try await Task.sleep(for: .milliseconds(1))
+                waited += 1
+            }
+            try #require(store.heldAnswers == 1, "the exchange never reached the server (the test would test nothing)")
+            // (The exchange sent "A1" before it asked the server.) Written and closed while the server swaps:
+            _ = try fs.write(ino, handle: handle, offset: 0, bytes: Array("A2".utf8))
+            try fs.flushHere(ino, handle: handle)
+            let closing = Task { await fs.release(ino, handle: handle) }
+            try await Task.sleep(for: .milliseconds(300))
+            store.releaseHeldAnswers()
+            try await swap.value
+            await closing.value
+            let failures = await fs.sync()
+            #expect(failures.isEmpty)
+            #expect(try await h.stored("b") == "A2")
+            #expect(try await h.stored("a") == "B0", "the other file was written over")
+        }
+    }
+
     /// The same with an unlink of a file in the folder (`rm d/g`) while the server renames: the
     /// delete, queued under the old path, went to a name the server no longer had, and the file
     /// stayed in the moved folder.

@@ -337,22 +337,19 @@ extension StowFileSystem {
         // a folder that moves): done first, or they would land on what the rename puts there.
         try await settleDeletes(at: srcLoc, under: true)
         try await settleDeletes(at: dstLoc, under: true)
-        if exchange {
+        if exchange, let dst {
             // Rare: let what is owed on both sides land first, then swap on the server.
             try await settle(srcLoc)
             try await settle(dstLoc)
-            _ = try await remote { try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: false, exchange: true) }
-            state.withLock { s in
-                s.inodes[parent]?.directory?.children[name] = dst
-                s.inodes[newParent]?.directory?.children[newName] = src
-                s.inodes[src]?.parent = newParent
-                s.inodes[src]?.name = newName
-                s.inodes[dst!]?.parent = parent
-                s.inodes[dst!]?.name = name
-                s.inodes[src]?.attributes.ctime = .now
-                s.inodes[dst!]?.attributes.ctime = .now
-                touchDirectory(&s, parent)
-                touchDirectory(&s, newParent)
+            let files = state.withLock { s in [src, dst].allSatisfy { s.inodes[$0].map { $0.kind != .directory } ?? false } }
+            if files {
+                try await lockedInode([src, dst]) { () async throws(FSError) in
+                    try await self.exchangeFilesLocked(parent: parent, name: name, newParent: newParent, newName: newName, src: src, dst: dst,
+                        srcLoc: srcLoc, dstLoc: dstLoc)
+                }
+            } else {
+                _ = try await remote { try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: false, exchange: true) }
+                state.withLock { s in exchangedHere(&s, parent: parent, name: name, newParent: newParent, newName: newName, src: src, dst: dst) }
             }
             urls.forget(under: srcLoc)
             urls.forget(under: dstLoc)
@@ -539,6 +536,60 @@ extension StowFileSystem {
             _ = await cancelUpload(lateReplaced, ino: dst)
             state.withLock { $0.uploadOwner[lateReplaced] = nil }
         }
+    }
+
+    /// The swap of two files (`RENAME_EXCHANGE`), under both files' inode locks (no release of
+    /// either meanwhile). What either owes was settled just before; what it queued since, and a
+    /// close of another descriptor during the server's swap (a held record at its old path), would
+    /// land under the other file's name and write over it there. Those wait for the swap (paused,
+    /// a running one interrupted), and then follow their file. (Moved after the server's swap, not
+    /// before: a crash between the two would then send a file's content over the other.)
+    private func exchangeFilesLocked(
+        parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, src: InodeNumber, dst: InodeNumber, srcLoc: Location,
+        dstLoc: Location
+    ) async throws(FSError) {
+        let ns = srcLoc.namespace!
+        let (srcIDs, dstIDs) = state.withLock { s -> ([Int64], [Int64]) in
+            // A stream is bound to its path: the file goes the usual way.
+            for ino in [src, dst] where s.inodes[ino]?.local?.stream != nil { stopStream(&s.inodes[ino]!.local!, "exchanged") }
+            func owed(_ ino: InodeNumber) -> [Int64] { s.inodes[ino].map { $0.owedUploads + ($0.local?.heldUpload.map { [$0] } ?? []) } ?? [] }
+            return (owed(src), owed(dst))
+        }
+        let ids = srcIDs + dstIDs
+        await queue.pause(ids)
+        // One running is stopped where it is (to its own path): it must not land after the swap.
+        for id in ids { if let at = await queue.record(id)?.location { _ = await queue.retarget(id, to: at) } }
+        do throws(FSError) {
+            _ = try await remote { try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: false, exchange: true) }
+        } catch {
+            await queue.resume(ids)
+            throw error
+        }
+        var moves = srcIDs.map { ($0, dstLoc) } + dstIDs.map { ($0, srcLoc) }
+        flushLocks.withLocks([src, dst]) {
+            state.withLock { s in
+                // Closes during the swap: their held records follow their files too.
+                if let held = s.inodes[src]?.local?.heldUpload, !srcIDs.contains(held) { moves.append((held, dstLoc)) }
+                if let held = s.inodes[dst]?.local?.heldUpload, !dstIDs.contains(held) { moves.append((held, srcLoc)) }
+                exchangedHere(&s, parent: parent, name: name, newParent: newParent, newName: newName, src: src, dst: dst)
+            }
+        }
+        for (id, to) in moves { _ = await queue.retarget(id, to: to) }
+        await queue.resume(ids)
+    }
+
+    /// An exchange, as this mount's tree shows it (the caller holds the state lock).
+    private func exchangedHere(_ s: inout State, parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, src: InodeNumber, dst: InodeNumber) {
+        s.inodes[parent]?.directory?.children[name] = dst
+        s.inodes[newParent]?.directory?.children[newName] = src
+        s.inodes[src]?.parent = newParent
+        s.inodes[src]?.name = newName
+        s.inodes[dst]?.parent = parent
+        s.inodes[dst]?.name = name
+        s.inodes[src]?.attributes.ctime = .now
+        s.inodes[dst]?.attributes.ctime = .now
+        touchDirectory(&s, parent)
+        touchDirectory(&s, newParent)
     }
 
     /// Waits until the releases under `location` under way now have written their records: each
