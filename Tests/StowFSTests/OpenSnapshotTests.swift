@@ -203,6 +203,56 @@ struct OpenSnapshotTests {
         }
     }
 
+    /// The same with a file opened with O_TRUNC and written by appends past the stream threshold
+    /// during the swap: its stream, bound to the old name, completed there on close, over the
+    /// other file.
+    @Test("a file streamed during an exchange: it lands under its new name, the other file is kept", .timeLimit(.minutes(1)))
+    func streamDuringExchange() async throws {
+        let base = InMemoryObjectStore(namespaces: [ns])
+        _ = try await base.upload(.bytes(ByteBuffer(string: "A0")), size: 2, to: ns, try StoragePath("a"))
+        _ = try await base.upload(.bytes(ByteBuffer(string: "B0")), size: 2, to: ns, try StoragePath("b"))
+        let store = FaultInjectingObjectStore(wrapping: base)
+        let bytes = (0..<(200 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 5) }
+        try await withEngine(
+            store: store,
+            configure: { c in
+                c.attributeTTL = .seconds(120)
+                c.streamThreshold = 64 << 10
+                c.streamChunkSize = 16 << 10
+            }
+        ) { h in
+            defer { store.releaseHeldAnswers() }
+            let fs = h.fs
+            let ino = try await h.resolve("a")
+            _ = try await h.resolve("b")
+            store.holdNextAnswer(of: .rename)
+            let swap = Task { try await fs.rename(parent: .root, name: "a", newParent: .root, newName: "b", exchange: true) }
+            var waited = 0
+            while store.heldAnswers == 0, waited < 5_000 {
+                try await Task.sleep(for: .milliseconds(1))
+                waited += 1
+            }
+            try #require(store.heldAnswers == 1, "the exchange never reached the server (the test would test nothing)")
+            let handle = try await fs.open(ino, write: true, truncate: true).handle
+            for start in stride(from: 0, to: bytes.count, by: 10 << 10) {
+                _ = try fs.write(ino, handle: handle, offset: Int64(start), bytes: Array(bytes[start..<min(bytes.count, start + (10 << 10))]))
+            }
+            try await Task.sleep(for: .milliseconds(300))  // time for a stream to start and send
+            let closing = Task {
+                try await fs.flush(ino, handle: handle)
+                await fs.release(ino, handle: handle)
+            }
+            try await Task.sleep(for: .milliseconds(300))
+            store.releaseHeldAnswers()
+            try await swap.value
+            try await closing.value
+            let failures = await fs.sync()
+            #expect(failures.isEmpty)
+            #expect(try await h.storedBytes("b") == bytes)
+            #expect(try await h.stored("a") == "B0", "the other file was written over")
+        }
+    }
+
     /// The same with an unlink of a file in the folder (`rm d/g`) while the server renames: the
     /// delete, queued under the old path, went to a name the server no longer had, and the file
     /// stayed in the moved folder.

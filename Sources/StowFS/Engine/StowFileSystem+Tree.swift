@@ -343,6 +343,14 @@ extension StowFileSystem {
             try await settle(dstLoc)
             let files = state.withLock { s in [src, dst].allSatisfy { s.inodes[$0].map { $0.kind != .directory } ?? false } }
             if files {
+                // No stream of either starts or completes meanwhile (bound to its path, it would
+                // complete under the other file's name); one completing now is waited for.
+                await beginFolderRename(srcLoc)
+                await beginFolderRename(dstLoc)
+                defer {
+                    endFolderRename(srcLoc)
+                    endFolderRename(dstLoc)
+                }
                 try await lockedInode([src, dst]) { () async throws(FSError) in
                     try await self.exchangeFilesLocked(parent: parent, name: name, newParent: newParent, newName: newName, src: src, dst: dst,
                         srcLoc: srcLoc, dstLoc: dstLoc)
@@ -605,8 +613,8 @@ extension StowFileSystem {
         }
     }
 
-    /// Marks a folder as being renamed (`State.renamingFolders`): a stream under it neither starts
-    /// nor completes (each is bound to its path on the server: completed after the rename, it would
+    /// Marks a folder as being renamed, or a file as being exchanged (`State.renamingFolders`): a
+    /// stream at or under it neither starts nor completes (each is bound to its path on the server: completed after the rename, it would
     /// make the old folder again); the file goes the usual way, through the queue. Waits for the
     /// streams completing now.
     private func beginFolderRename(_ location: Location) async {
