@@ -5,6 +5,38 @@ import StorageProtocol
 import Testing
 @testable import StowFS
 
+/// Starts `rename` with the server's answer held (the server has renamed; the engine waits for
+/// the answer) and returns once the request has reached the server, or fails the test: without
+/// it, a test of what happens meanwhile would test nothing.
+private func renameHeld(
+    _ store: FaultInjectingObjectStore, _ rename: @escaping @Sendable () async throws -> Void, sourceLocation: SourceLocation = #_sourceLocation
+) async throws -> Task<Void, any Error> {
+    store.holdNextAnswer(of: .rename)
+    let task = Task { try await rename() }
+    var waited = 0
+    while store.heldAnswers == 0, waited < 5_000 {
+        try await Task.sleep(for: .milliseconds(1))
+        waited += 1
+    }
+    try #require(store.heldAnswers == 1, "the rename never reached the server", sourceLocation: sourceLocation)
+    return task
+}
+
+/// Large files stream from 64 KiB on, in chunks of 16 KiB; listings trusted for two minutes (a
+/// loaded machine must not let them expire while an answer is held).
+private func streamingAt64KiB(_ c: inout MountConfiguration) {
+    c.attributeTTL = .seconds(120)
+    c.streamThreshold = 64 << 10
+    c.streamChunkSize = 16 << 10
+}
+
+/// `bytes` written from the start by appends of 10 KiB, as `cp` writes.
+private func appendInPieces(_ fs: StowFileSystem, _ ino: InodeNumber, _ handle: UInt64, _ bytes: [UInt8]) throws {
+    for start in stride(from: 0, to: bytes.count, by: 10 << 10) {
+        _ = try fs.write(ino, handle: handle, offset: Int64(start), bytes: Array(bytes[start..<min(bytes.count, start + (10 << 10))]))
+    }
+}
+
 /// A copy of a file still open for writing (`stowfs sync`), a close beside it, then a crash.
 @Suite("engine: copies of a file still open, and the closes around them")
 struct OpenSnapshotTests {
@@ -56,18 +88,12 @@ struct OpenSnapshotTests {
         _ = try await base.upload(.bytes(ByteBuffer(string: "old")), size: 3, to: ns, try StoragePath("a"))
         let store = FaultInjectingObjectStore(wrapping: base)
         try await withEngine(store: store) { h in
+            defer { store.releaseHeldAnswers() }
             let fs = h.fs
             let ino = try await h.resolve("a")
             let handle = try await fs.open(ino, write: true, truncate: true).handle
             _ = try fs.write(ino, handle: handle, offset: 0, bytes: Array("new".utf8))
-            store.holdNextAnswer(of: .rename)
-            let mv = Task { try await fs.rename(parent: .root, name: "a", newParent: .root, newName: "b") }
-            var waited = 0
-            while store.heldAnswers == 0, waited < 5_000 {
-                try await Task.sleep(for: .milliseconds(1))
-                waited += 1
-            }
-            #expect(store.heldAnswers == 1, "the rename never reached the server")
+            let mv = try await renameHeld(store) { try await fs.rename(parent: .root, name: "a", newParent: .root, newName: "b") }
             try fs.flushHere(ino, handle: handle)  // close(2) of another descriptor, while the server renames
             store.releaseHeldAnswers()
             try await mv.value
@@ -97,14 +123,7 @@ struct OpenSnapshotTests {
             let ino = try await h.resolve("d/f")
             let handle = try await fs.open(ino, write: true, truncate: true).handle
             _ = try fs.write(ino, handle: handle, offset: 0, bytes: Array("new".utf8))
-            store.holdNextAnswer(of: .rename)
-            let mv = Task { try await fs.rename(parent: .root, name: "d", newParent: .root, newName: "e") }
-            var waited = 0
-            while store.heldAnswers == 0, waited < 5_000 {
-                try await Task.sleep(for: .milliseconds(1))
-                waited += 1
-            }
-            try #require(store.heldAnswers == 1, "the rename never reached the server (the test would test nothing)")
+            let mv = try await renameHeld(store) { try await fs.rename(parent: .root, name: "d", newParent: .root, newName: "e") }
             try fs.flushHere(ino, handle: handle)  // the last close(2), while the server renames
             await fs.release(ino, handle: handle)
             // Time for an upload that does not wait to land (it did, within milliseconds).
@@ -127,31 +146,15 @@ struct OpenSnapshotTests {
         _ = try await base.upload(.bytes(ByteBuffer(string: "x")), size: 1, to: ns, try StoragePath("d/x"))
         let store = FaultInjectingObjectStore(wrapping: base)
         let bytes = (0..<(200 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
-        try await withEngine(
-            store: store,
-            configure: { c in
-                c.attributeTTL = .seconds(120)
-                c.streamThreshold = 64 << 10
-                c.streamChunkSize = 16 << 10
-            }
-        ) { h in
+        try await withEngine(store: store, configure: streamingAt64KiB) { h in
             defer { store.releaseHeldAnswers() }
             let fs = h.fs
             let dir = try await h.resolve("d")
             let (entry, opened) = try fs.create(parent: dir, name: "big.bin", mode: 0o644, caller: .root)
-            for start in stride(from: 0, to: bytes.count, by: 10 << 10) {
-                _ = try fs.write(entry.ino, handle: opened.handle, offset: Int64(start), bytes: Array(bytes[start..<min(bytes.count, start + (10 << 10))]))
-            }
+            try appendInPieces(fs, entry.ino, opened.handle, bytes)
             for _ in 0..<2000 where store.calls(of: .send) == 0 { try await Task.sleep(for: .milliseconds(10)) }
             try #require(store.calls(of: .send) > 0, "the file did not start streaming within 20 s")
-            store.holdNextAnswer(of: .rename)
-            let mv = Task { try await fs.rename(parent: .root, name: "d", newParent: .root, newName: "e") }
-            var waited = 0
-            while store.heldAnswers == 0, waited < 5_000 {
-                try await Task.sleep(for: .milliseconds(1))
-                waited += 1
-            }
-            try #require(store.heldAnswers == 1, "the rename never reached the server (the test would test nothing)")
+            let mv = try await renameHeld(store) { try await fs.rename(parent: .root, name: "d", newParent: .root, newName: "e") }
             try await fs.flush(entry.ino, handle: opened.handle)  // the last close(2), while the server renames
             await fs.release(entry.ino, handle: opened.handle)
             try await Task.sleep(for: .milliseconds(300))
@@ -180,14 +183,7 @@ struct OpenSnapshotTests {
             _ = try await h.resolve("b")
             let handle = try await fs.open(ino, write: true, truncate: true).handle
             _ = try fs.write(ino, handle: handle, offset: 0, bytes: Array("A1".utf8))
-            store.holdNextAnswer(of: .rename)
-            let swap = Task { try await fs.rename(parent: .root, name: "a", newParent: .root, newName: "b", exchange: true) }
-            var waited = 0
-            while store.heldAnswers == 0, waited < 5_000 {
-                try await Task.sleep(for: .milliseconds(1))
-                waited += 1
-            }
-            try #require(store.heldAnswers == 1, "the exchange never reached the server (the test would test nothing)")
+            let swap = try await renameHeld(store) { try await fs.rename(parent: .root, name: "a", newParent: .root, newName: "b", exchange: true) }
             // (The exchange sent "A1" before it asked the server.) Written and closed while the server swaps:
             _ = try fs.write(ino, handle: handle, offset: 0, bytes: Array("A2".utf8))
             try fs.flushHere(ino, handle: handle)
@@ -213,30 +209,14 @@ struct OpenSnapshotTests {
         _ = try await base.upload(.bytes(ByteBuffer(string: "B0")), size: 2, to: ns, try StoragePath("b"))
         let store = FaultInjectingObjectStore(wrapping: base)
         let bytes = (0..<(200 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 5) }
-        try await withEngine(
-            store: store,
-            configure: { c in
-                c.attributeTTL = .seconds(120)
-                c.streamThreshold = 64 << 10
-                c.streamChunkSize = 16 << 10
-            }
-        ) { h in
+        try await withEngine(store: store, configure: streamingAt64KiB) { h in
             defer { store.releaseHeldAnswers() }
             let fs = h.fs
             let ino = try await h.resolve("a")
             _ = try await h.resolve("b")
-            store.holdNextAnswer(of: .rename)
-            let swap = Task { try await fs.rename(parent: .root, name: "a", newParent: .root, newName: "b", exchange: true) }
-            var waited = 0
-            while store.heldAnswers == 0, waited < 5_000 {
-                try await Task.sleep(for: .milliseconds(1))
-                waited += 1
-            }
-            try #require(store.heldAnswers == 1, "the exchange never reached the server (the test would test nothing)")
+            let swap = try await renameHeld(store) { try await fs.rename(parent: .root, name: "a", newParent: .root, newName: "b", exchange: true) }
             let handle = try await fs.open(ino, write: true, truncate: true).handle
-            for start in stride(from: 0, to: bytes.count, by: 10 << 10) {
-                _ = try fs.write(ino, handle: handle, offset: Int64(start), bytes: Array(bytes[start..<min(bytes.count, start + (10 << 10))]))
-            }
+            try appendInPieces(fs, ino, handle, bytes)
             try await Task.sleep(for: .milliseconds(300))  // time for a stream to start and send
             let closing = Task {
                 try await fs.flush(ino, handle: handle)
@@ -268,14 +248,7 @@ struct OpenSnapshotTests {
             let fs = h.fs
             let dir = try await h.resolve("d")
             _ = try await h.resolve("d/g")
-            store.holdNextAnswer(of: .rename)
-            let mv = Task { try await fs.rename(parent: .root, name: "d", newParent: .root, newName: "e") }
-            var waited = 0
-            while store.heldAnswers == 0, waited < 5_000 {
-                try await Task.sleep(for: .milliseconds(1))
-                waited += 1
-            }
-            try #require(store.heldAnswers == 1, "the rename never reached the server (the test would test nothing)")
+            let mv = try await renameHeld(store) { try await fs.rename(parent: .root, name: "d", newParent: .root, newName: "e") }
             try await fs.unlink(parent: dir, name: "g")
             try await Task.sleep(for: .milliseconds(300))
             store.releaseHeldAnswers()
