@@ -810,7 +810,7 @@ extension StowFileSystem {
                 stream.grew(to: local.size)
             } else if local.appendOnly, configuration.streamThreshold > 0, local.size >= configuration.streamThreshold, local.writers == 1,
                 e.upload == nil, e.olderUploads.isEmpty, e.submitting == 0, !e.unlinked, streamSupport.works, !uploadsPaused.load(ordering: .relaxed),
-                let location = try? self.location(s, ino), location.namespace != nil, !s.renamingFolders.contains(where: { location.isWithin($0) })
+                let location = try? self.location(s, ino), location.namespace != nil, !s.moving.contains(where: { location.isWithin($0) })
             {
                 // Large, and written from empty by appends: it goes to the server as it grows.
                 logger.debug("streaming \(location) from \(local.size) bytes")
@@ -870,7 +870,7 @@ extension StowFileSystem {
             // rest reaches the server soon.
             guard local.dirty, local.writers == 1, !e.unlinked, e.upload == nil, e.olderUploads.isEmpty, e.submitting == 0,
                 let location = try? self.location(s, ino), location == stream.location,
-                !s.renamingFolders.contains(where: { location.isWithin($0) }),
+                !s.moving.contains(where: { location.isWithin($0) }),
                 stream.catchesUp(tail: local.size - stream.sent, within: timeout / 2)
             else {
                 stopStream(&local, "not the file as closed, or its rest would take too long")
@@ -880,7 +880,7 @@ extension StowFileSystem {
             }
             let (params, ct, tags) = uploadParams(e)
             let request = StartUploadRequest(fileName: location.path.string, contentType: ct, size: local.size, tags: tags, params: params, deferLength: true)
-            // A folder rename waits for it (`beginFolderRename`) until it is done here.
+            // A folder's rename or a file's exchange waits for it (`beginMove`) until it is done here.
             s.finishing[ino] = location
             return (stream, local.size, local.changes, request, local.heldUpload)
         }

@@ -248,19 +248,16 @@ extension StowFileSystem {
             // Uploads owed under the name that goes land under one that stays (else they would bring it back).
             for id in owed where await queue.record(id)?.location == location { _ = await queue.retarget(id, to: remaining) }
         }
-        if let stored, let ns = location.namespace {
-            if lastName {
-                // The file goes for good: the delete is queued (journaled), and sent with others —
-                // below, under the flush lock, at the path the name has then (its folder may have
-                // been renamed during the waits above: `rename` moves what is queued under it).
-            } else {
-                // One name of several: the server's link count must be right now (the others stay).
-                do {
-                    try await store.delete(ns, location.path, ifMatch: nil)
-                } catch let e as StorageError where e.kind == .notFound {
-                } catch {
-                    throw FSError.from(error)
-                }
+        // A last name: the file goes for good, its delete queued (journaled) below, under the flush
+        // lock, at the path the name has then (its folder may have been renamed during the waits
+        // above: `rename` moves what is queued under it). One name of several: the server's link
+        // count must be right now (the others stay).
+        if !lastName, stored != nil, let ns = location.namespace {
+            do {
+                try await store.delete(ns, location.path, ifMatch: nil)
+            } catch let e as StorageError where e.kind == .notFound {
+            } catch {
+                throw FSError.from(error)
             }
         }
         // Under the file's flush lock: a close of it (another descriptor still open) during the
@@ -343,18 +340,22 @@ extension StowFileSystem {
             try await settle(dstLoc)
             let files = state.withLock { s in [src, dst].allSatisfy { s.inodes[$0].map { $0.kind != .directory } ?? false } }
             if files {
-                // No stream of either starts or completes meanwhile (bound to its path, it would
-                // complete under the other file's name); one completing now is waited for.
-                await beginFolderRename(srcLoc)
-                await beginFolderRename(dstLoc)
-                defer {
-                    endFolderRename(srcLoc)
-                    endFolderRename(dstLoc)
+                // Nothing of either is sent meanwhile: bound to its old path, it would land under
+                // the other file's name.
+                await beginMove(srcLoc)
+                await beginMove(dstLoc)
+                do throws(FSError) {
+                    try await lockedInode([src, dst]) { () async throws(FSError) in
+                        try await self.exchangeFilesLocked(parent: parent, name: name, newParent: newParent, newName: newName, src: src, dst: dst,
+                            srcLoc: srcLoc, dstLoc: dstLoc)
+                    }
+                } catch {
+                    await endMove(srcLoc)
+                    await endMove(dstLoc)
+                    throw error
                 }
-                try await lockedInode([src, dst]) { () async throws(FSError) in
-                    try await self.exchangeFilesLocked(parent: parent, name: name, newParent: newParent, newName: newName, src: src, dst: dst,
-                        srcLoc: srcLoc, dstLoc: dstLoc)
-                }
+                await endMove(srcLoc)
+                await endMove(dstLoc)
             } else {
                 _ = try await remote { try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: false, exchange: true) }
                 state.withLock { s in exchangedHere(&s, parent: parent, name: name, newParent: newParent, newName: newName, src: src, dst: dst) }
@@ -366,20 +367,14 @@ extension StowFileSystem {
         let folder = srcEntry.kind == .directory
         // A folder's files are not locked by the rename: what is queued under it from now on
         // (a close, a new file, an unlink there) waits, and is moved below.
-        if folder {
-            await queue.pause(under: srcLoc)
-            await beginFolderRename(srcLoc)
-        }
+        if folder { await beginMove(srcLoc) }
         do throws(FSError) {
             try await lockedInode([src] + (dst.map { [$0] } ?? [])) { () async throws(FSError) in
                 try await self.renameLocked(
                     parent: parent, name: name, newParent: newParent, newName: newName, src: src, dst: dst, srcLoc: srcLoc, dstLoc: dstLoc)
             }
         } catch {
-            if folder {
-                endFolderRename(srcLoc)
-                await queue.resume(under: srcLoc)
-            }
+            if folder { await endMove(srcLoc) }
             throw error
         }
         if folder {
@@ -388,8 +383,7 @@ extension StowFileSystem {
             // their records.
             await waitForTakes(under: srcLoc)
             for r in await queue.records(under: srcLoc) { _ = await queue.retarget(r.id, to: r.location.rebased(from: srcLoc, to: dstLoc)) }
-            endFolderRename(srcLoc)
-            await queue.resume(under: srcLoc)
+            await endMove(srcLoc)
         }
         urls.forget(under: srcLoc)
         urls.forget(under: dstLoc)
@@ -547,10 +541,10 @@ extension StowFileSystem {
     }
 
     /// The swap of two files (`RENAME_EXCHANGE`), under both files' inode locks (no release of
-    /// either meanwhile). What either owes was settled just before; what it queued since, and a
-    /// close of another descriptor during the server's swap (a held record at its old path), would
-    /// land under the other file's name and write over it there. Those wait for the swap (paused,
-    /// a running one interrupted), and then follow their file. (Moved after the server's swap, not
+    /// either meanwhile) and `beginMove` of both paths. What either owes was settled just before;
+    /// what it queued since, and a close of another descriptor during the server's swap (a held
+    /// record at its old path), would land under the other file's name and write over it there.
+    /// Those wait for the swap (a running one interrupted), and then follow their file. (Moved after the server's swap, not
     /// before: a crash between the two would then send a file's content over the other.)
     private func exchangeFilesLocked(
         parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, src: InodeNumber, dst: InodeNumber, srcLoc: Location,
@@ -563,16 +557,9 @@ extension StowFileSystem {
             func owed(_ ino: InodeNumber) -> [Int64] { s.inodes[ino].map { $0.owedUploads + ($0.local?.heldUpload.map { [$0] } ?? []) } ?? [] }
             return (owed(src), owed(dst))
         }
-        let ids = srcIDs + dstIDs
-        await queue.pause(ids)
         // One running is stopped where it is (to its own path): it must not land after the swap.
-        for id in ids { if let at = await queue.record(id)?.location { _ = await queue.retarget(id, to: at) } }
-        do throws(FSError) {
-            _ = try await remote { try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: false, exchange: true) }
-        } catch {
-            await queue.resume(ids)
-            throw error
-        }
+        for id in srcIDs + dstIDs { if let at = await queue.record(id)?.location { _ = await queue.retarget(id, to: at) } }
+        _ = try await remote { try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: false, exchange: true) }
         var moves = srcIDs.map { ($0, dstLoc) } + dstIDs.map { ($0, srcLoc) }
         flushLocks.withLocks([src, dst]) {
             state.withLock { s in
@@ -583,7 +570,6 @@ extension StowFileSystem {
             }
         }
         for (id, to) in moves { _ = await queue.retarget(id, to: to) }
-        await queue.resume(ids)
     }
 
     /// An exchange, as this mount's tree shows it (the caller holds the state lock).
@@ -613,22 +599,25 @@ extension StowFileSystem {
         }
     }
 
-    /// Marks a folder as being renamed, or a file as being exchanged (`State.renamingFolders`): a
-    /// stream at or under it neither starts nor completes (each is bound to its path on the server: completed after the rename, it would
-    /// make the old folder again); the file goes the usual way, through the queue. Waits for the
-    /// streams completing now.
-    private func beginFolderRename(_ location: Location) async {
-        state.withLock { $0.renamingFolders.append(location) }
+    /// A folder's rename or a file's exchange begins at `location`: nothing queued at or under it
+    /// is sent (`UploadQueue.pause(under:)`), and no stream there starts or completes
+    /// (`State.moving`) — each is bound to the old path, and sent meanwhile would land there (a
+    /// folder made again, or the other file of an exchange written over). Waits for a stream
+    /// completing now. `endMove` undoes it, once what was queued there is moved.
+    private func beginMove(_ location: Location) async {
+        await queue.pause(under: location)
+        state.withLock { $0.moving.append(location) }
         let deadline = ContinuousClock.now + configuration.streamFinishTimeout + .seconds(5)
         while state.withLock({ s in s.finishing.values.contains { $0.isWithin(location) } }), ContinuousClock.now < deadline {
             try? await Task.sleep(for: .milliseconds(2))
         }
     }
 
-    private func endFolderRename(_ location: Location) {
+    private func endMove(_ location: Location) async {
         state.withLock { s in
-            if let i = s.renamingFolders.firstIndex(of: location) { s.renamingFolders.remove(at: i) }
+            if let i = s.moving.firstIndex(of: location) { s.moving.remove(at: i) }
         }
+        await queue.resume(under: location)
     }
 
     /// The rename, as this mount's tree shows it (the caller holds the state lock).

@@ -307,8 +307,9 @@ public final class StowFileSystem: Sendable {
         /// under it (`waitForTakes`).
         var takes: [Int64: Location] = [:]
         var nextTake: Int64 = 0
-        /// Folders being renamed now (once for each rename): no stream under them starts or completes.
-        var renamingFolders: [Location] = []
+        /// Folders being renamed and files being exchanged now (`beginMove`, once for each): no stream
+        /// at or under them starts or completes.
+        var moving: [Location] = []
         /// Streams completing now (`finishStream`), by inode, with their paths.
         var finishing: [InodeNumber: Location] = [:]
         /// Server folders the change feed named (another client changed a name in them, or asked

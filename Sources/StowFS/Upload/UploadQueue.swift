@@ -125,7 +125,7 @@ public actor UploadQueue {
     private var cancelling: Set<Int64> = []
     /// Records not to be started until `resume` (a rename on the server is on its way for them).
     private var paused: Set<Int64> = []
-    /// Folders being renamed (`pause(under:)`), once for each rename.
+    /// Paths being moved (`pause(under:)`), once for each move.
     private var pausedUnder: [Location] = []
     /// Records whose start request is on its way (their parameters are fixed).
     private var starting: Set<Int64> = []
@@ -538,9 +538,10 @@ public actor UploadQueue {
     }
 
     /// Keeps every record at or under `location` from starting until `resume(under:)`, those queued
-    /// from now on too: a folder being renamed. A close under it while the server renames queues
-    /// the old path, and sent then it would make the old folder again on the server (folders are
-    /// made on the way) and leave the moved file with its older content; the rename moves it first.
+    /// from now on too: a folder being renamed, a file being exchanged. A close under it while the
+    /// server renames queues the old path, and sent then it would make the old folder again on the
+    /// server (folders are made on the way) and leave the moved file with its older content; the
+    /// rename moves it first.
     public func pause(under location: Location) {
         pausedUnder.append(location)
     }
