@@ -1082,7 +1082,8 @@ extension StowFileSystem {
         do {
             if let held = t.held {
                 id = try await queue.release(
-                    held, cacheFile: t.snapshot.path, size: t.size, params: t.params, contentDurable: t.durable, takenAfter: takenAfter)
+                    held, location: t.location, cacheFile: t.snapshot.path, size: t.size, params: t.params, contentDurable: t.durable,
+                    takenAfter: takenAfter)
                 // Kept in place, the record is still this inode's under the same id.
                 if id != held { state.withLock { $0.uploadOwner[held] = nil } }
             } else {
@@ -1139,6 +1140,7 @@ extension StowFileSystem {
         logger.error("cannot hand \(t.location) to the upload queue: \(why)")
         state.withLock { s in
             s.takes[t.token] = nil
+            s.watchedTakes.remove(t.token)
             guard var e = s.inodes[ino] else { return }
             e.submitting -= 1
             if var local = e.local {
@@ -1160,6 +1162,7 @@ extension StowFileSystem {
     private func recorded(_ ino: InodeNumber, _ id: Int64, token: Int64) {
         state.withLock { s in
             s.takes[token] = nil
+            if s.watchedTakes.remove(token) != nil { s.takeRecords[token] = id }
             s.inodes[ino]?.submitting -= 1
             s.inodes[ino]?.upload = id
             s.inodes[ino]?.olderUploads.remove(id)

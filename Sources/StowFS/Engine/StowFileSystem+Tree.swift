@@ -335,31 +335,25 @@ extension StowFileSystem {
         try await settleDeletes(at: srcLoc, under: true)
         try await settleDeletes(at: dstLoc, under: true)
         if exchange, let dst {
-            // Rare: let what is owed on both sides land first, then swap on the server.
+            // Rare: let what is owed on both sides land first, then swap on the server. Nothing of
+            // either side is sent meanwhile: bound to its old path, it would land under the other's
+            // name (a file's content over the other file).
             try await settle(srcLoc)
             try await settle(dstLoc)
-            let files = state.withLock { s in [src, dst].allSatisfy { s.inodes[$0].map { $0.kind != .directory } ?? false } }
-            if files {
-                // Nothing of either is sent meanwhile: bound to its old path, it would land under
-                // the other file's name.
-                await beginMove(srcLoc)
-                await beginMove(dstLoc)
-                do throws(FSError) {
-                    try await lockedInode([src, dst]) { () async throws(FSError) in
-                        try await self.exchangeFilesLocked(parent: parent, name: name, newParent: newParent, newName: newName, src: src, dst: dst,
-                            srcLoc: srcLoc, dstLoc: dstLoc)
-                    }
-                } catch {
-                    await endMove(srcLoc)
-                    await endMove(dstLoc)
-                    throw error
+            await beginMove(srcLoc)
+            await beginMove(dstLoc)
+            do throws(FSError) {
+                try await lockedInode([src, dst]) { () async throws(FSError) in
+                    try await self.exchangeLocked(parent: parent, name: name, newParent: newParent, newName: newName, src: src, dst: dst,
+                        srcLoc: srcLoc, dstLoc: dstLoc)
                 }
+            } catch {
                 await endMove(srcLoc)
                 await endMove(dstLoc)
-            } else {
-                _ = try await remote { try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: false, exchange: true) }
-                state.withLock { s in exchangedHere(&s, parent: parent, name: name, newParent: newParent, newName: newName, src: src, dst: dst) }
+                throw error
             }
+            await endMove(srcLoc)
+            await endMove(dstLoc)
             urls.forget(under: srcLoc)
             urls.forget(under: dstLoc)
             return
@@ -368,8 +362,9 @@ extension StowFileSystem {
         // A folder's files are not locked by the rename: what is queued under it from now on
         // (a close, a new file, an unlink there) waits, and is moved below.
         if folder { await beginMove(srcLoc) }
+        let mark: MoveMark?
         do throws(FSError) {
-            try await lockedInode([src] + (dst.map { [$0] } ?? [])) { () async throws(FSError) in
+            mark = try await lockedInode([src] + (dst.map { [$0] } ?? [])) { () async throws(FSError) in
                 try await self.renameLocked(
                     parent: parent, name: name, newParent: newParent, newName: newName, src: src, dst: dst, srcLoc: srcLoc, dstLoc: dstLoc)
             }
@@ -377,22 +372,23 @@ extension StowFileSystem {
             if folder { await endMove(srcLoc) }
             throw error
         }
-        if folder {
-            // Files closed under the folder while it moved queued their old paths: move those too,
-            // once the releases that read the old path before the folder moved here have written
-            // their records.
-            await waitForTakes(under: srcLoc)
-            for r in await queue.records(under: srcLoc) { _ = await queue.retarget(r.id, to: r.location.rebased(from: srcLoc, to: dstLoc)) }
-            await endMove(srcLoc)
+        if folder, let mark {
+            // Files closed under the folder while it moved queued their old paths: move those too
+            // (not those made under a new folder of the old name since).
+            let moving = await carried(mark, from: srcLoc)
+            unmarkMove(mark)
+            for r in moving { _ = await queue.retarget(r.id, to: r.location.rebased(from: srcLoc, to: dstLoc)) }
         }
+        if folder { await endMove(srcLoc) }
         urls.forget(under: srcLoc)
         urls.forget(under: dstLoc)
     }
 
+    /// - Returns: for a folder, what its local rename left to move (`markMove`).
     private func renameLocked(
         parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, src: InodeNumber, dst: InodeNumber?, srcLoc: Location,
         dstLoc: Location
-    ) async throws(FSError) {
+    ) async throws(FSError) -> MoveMark? {
         let ns = srcLoc.namespace!
         // A stream is bound to its path: the renamed file (or the one replaced) goes the usual way.
         state.withLock { s in
@@ -511,8 +507,10 @@ extension StowFileSystem {
         let replacedIDs = Set(dstEntry.map { $0.owedUploads + ($0.local?.heldUpload.map { [$0] } ?? []) } ?? [])
         // A folder: every file's, since a close of any file under it reads the path it records.
         let lockAll = srcEntry.kind == .directory
+        var mark: MoveMark?
         func moveHere() {
             state.withLock { s in
+                if lockAll { mark = markMove(&s, under: [srcLoc]) }
                 if srcEntry.kind != .directory, let held = s.inodes[src]?.local?.heldUpload, !movedIDs.contains(held) { lateMoved = held }
                 if let dst, let d = dstEntry, d.kind != .directory, d.attributes.nlink <= 1, let held = s.inodes[dst]?.local?.heldUpload,
                     !replacedIDs.contains(held)
@@ -538,42 +536,54 @@ extension StowFileSystem {
             _ = await cancelUpload(lateReplaced, ino: dst)
             state.withLock { $0.uploadOwner[lateReplaced] = nil }
         }
+        return mark
     }
 
-    /// The swap of two files (`RENAME_EXCHANGE`), under both files' inode locks (no release of
-    /// either meanwhile) and `beginMove` of both paths. What either owes was settled just before;
-    /// what it queued since, and a close of another descriptor during the server's swap (a held
-    /// record at its old path), would land under the other file's name and write over it there.
-    /// Those wait for the swap (a running one interrupted), and then follow their file. (Moved after the server's swap, not
-    /// before: a crash between the two would then send a file's content over the other.)
-    private func exchangeFilesLocked(
+    /// The swap of two files or folders (`RENAME_EXCHANGE`), under both inode locks (no release
+    /// of either file meanwhile) and `beginMove` of both paths. What either side owes was settled
+    /// just before; what it queued since, and a close during the server's swap (a held record at
+    /// its old path), would land under the other's name and write over what is there. Those wait
+    /// for the swap (a running one interrupted), and then follow their file. (Moved after the
+    /// server's swap, not before: a crash between the two would then send one side's content over
+    /// the other's.)
+    private func exchangeLocked(
         parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, src: InodeNumber, dst: InodeNumber, srcLoc: Location,
         dstLoc: Location
     ) async throws(FSError) {
         let ns = srcLoc.namespace!
-        let (srcIDs, dstIDs) = state.withLock { s -> ([Int64], [Int64]) in
-            // A stream is bound to its path: the file goes the usual way.
+        let folders = state.withLock { s in
+            // A file's stream is bound to its path: the file goes the usual way. (Under a folder, a
+            // stream neither starts nor completes while it moves, and its path no longer matches after.)
             for ino in [src, dst] where s.inodes[ino]?.local?.stream != nil { stopStream(&s.inodes[ino]!.local!, "exchanged") }
-            func owed(_ ino: InodeNumber) -> [Int64] { s.inodes[ino].map { $0.owedUploads + ($0.local?.heldUpload.map { [$0] } ?? []) } ?? [] }
-            return (owed(src), owed(dst))
+            return [src, dst].contains { s.inodes[$0]?.kind == .directory }
         }
         // One running is stopped where it is (to its own path): it must not land after the swap.
-        for id in srcIDs + dstIDs { if let at = await queue.record(id)?.location { _ = await queue.retarget(id, to: at) } }
+        for r in await queue.records(under: srcLoc) + queue.records(under: dstLoc) where await queue.isRunning(r.id) {
+            _ = await queue.retarget(r.id, to: r.location)
+        }
         _ = try await remote { try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: false, exchange: true) }
-        var moves = srcIDs.map { ($0, dstLoc) } + dstIDs.map { ($0, srcLoc) }
-        flushLocks.withLocks([src, dst]) {
-            state.withLock { s in
-                // Closes during the swap: their held records follow their files too.
-                if let held = s.inodes[src]?.local?.heldUpload, !srcIDs.contains(held) { moves.append((held, dstLoc)) }
-                if let held = s.inodes[dst]?.local?.heldUpload, !dstIDs.contains(held) { moves.append((held, srcLoc)) }
-                exchangedHere(&s, parent: parent, name: name, newParent: newParent, newName: newName, src: src, dst: dst)
+        var mark: MoveMark?
+        // A folder's: every file's flush lock, since a close of any file under it reads the path it records.
+        let swapHere = {
+            self.state.withLock { s in
+                mark = self.markMove(&s, under: [srcLoc, dstLoc])
+                self.exchangedHere(&s, parent: parent, name: name, newParent: newParent, newName: newName, src: src, dst: dst,
+                    srcLoc: srcLoc, dstLoc: dstLoc)
             }
         }
-        for (id, to) in moves { _ = await queue.retarget(id, to: to) }
+        if folders { flushLocks.withAllLocks(swapHere) } else { flushLocks.withLocks([src, dst], swapHere) }
+        // Both lists taken before either moves: moved first, one side's would be taken for the other's.
+        let fromSrc = await carried(mark!, from: srcLoc), fromDst = await carried(mark!, from: dstLoc)
+        unmarkMove(mark!)
+        for r in fromSrc { _ = await queue.retarget(r.id, to: r.location.rebased(from: srcLoc, to: dstLoc)) }
+        for r in fromDst { _ = await queue.retarget(r.id, to: r.location.rebased(from: dstLoc, to: srcLoc)) }
     }
 
     /// An exchange, as this mount's tree shows it (the caller holds the state lock).
-    private func exchangedHere(_ s: inout State, parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, src: InodeNumber, dst: InodeNumber) {
+    private func exchangedHere(
+        _ s: inout State, parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, src: InodeNumber, dst: InodeNumber,
+        srcLoc: Location, dstLoc: Location
+    ) {
         s.inodes[parent]?.directory?.children[name] = dst
         s.inodes[newParent]?.directory?.children[newName] = src
         s.inodes[src]?.parent = newParent
@@ -584,22 +594,67 @@ extension StowFileSystem {
         s.inodes[dst]?.attributes.ctime = .now
         touchDirectory(&s, parent)
         touchDirectory(&s, newParent)
-    }
-
-    /// Waits until the releases under `location` under way now have written their records: each
-    /// read its file's path when it took the content (`take`), and writes it to the journal after
-    /// an fsync. Those that take content later read the tree as it is now. (At most a minute: a
-    /// disk that slow has bigger troubles, and the rename must not hang on it.)
-    private func waitForTakes(under location: Location) async {
-        let taking = state.withLock { s in Set(s.takes.filter { $0.value.isWithin(location) }.keys) }
-        guard !taking.isEmpty else { return }
-        let deadline = ContinuousClock.now + .seconds(60)
-        while state.withLock({ s in taking.contains { s.takes[$0] != nil } }), ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(1))
+        if s.inodes[src]?.kind == .directory && s.inodes[dst]?.kind != .directory && parent != newParent {
+            s.inodes[parent]?.attributes.removeSubfolder()
+            s.inodes[newParent]?.attributes.addSubfolder()
+        } else if s.inodes[dst]?.kind == .directory && s.inodes[src]?.kind != .directory && parent != newParent {
+            s.inodes[newParent]?.attributes.removeSubfolder()
+            s.inodes[parent]?.attributes.addSubfolder()
+        }
+        // Recovered uploads swap too (both sides taken before either is put back).
+        let recovered = s.recovered.filter { $0.key.isWithin(srcLoc) || $0.key.isWithin(dstLoc) }
+        for loc in recovered.keys { s.recovered[loc] = nil }
+        for (loc, r) in recovered {
+            var moved = r
+            moved.location = loc.isWithin(srcLoc) ? loc.rebased(from: srcLoc, to: dstLoc) : loc.rebased(from: dstLoc, to: srcLoc)
+            s.recovered[moved.location] = moved
         }
     }
 
-    /// A folder's rename or a file's exchange begins at `location`: nothing queued at or under it
+    /// What a move carries from its old paths: the records made before its names changed here
+    /// (ids up to `lastGiven`), and those of the releases that had read an old path then (`takes`,
+    /// recorded later). A record made after, under a folder of the old name made since (or the
+    /// other side of an exchange, at that name now), stays where it is: told apart by path, it
+    /// looked the same.
+    struct MoveMark {
+        let lastGiven: Int64
+        let takes: Set<Int64>
+    }
+
+    /// Marks a move at the moment its names change here: the caller holds the state lock and the
+    /// flush locks of every file at or under `locations` (a record written under a flush lock has
+    /// its path and its id from one moment).
+    func markMove(_ s: inout State, under locations: [Location]) -> MoveMark {
+        let takes = Set(s.takes.filter { t in locations.contains { t.value.isWithin($0) } }.keys)
+        s.watchedTakes.formUnion(takes)
+        return MoveMark(lastGiven: queue.lastGivenID, takes: takes)
+    }
+
+    /// The records at or under `location` a move marked by `mark` carries, once the releases under
+    /// way then have written theirs (each read its file's path when it took the content, and writes
+    /// it to the journal after an fsync; at most a minute: a disk that slow has bigger troubles,
+    /// and the move must not hang on it).
+    func carried(_ mark: MoveMark, from location: Location) async -> [UploadJournal.Record] {
+        let deadline = ContinuousClock.now + .seconds(60)
+        while state.withLock({ s in mark.takes.contains { s.takes[$0] != nil } }), ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(1))
+        }
+        if let hook = afterMovedHere.withLock({ $0 }) { await hook() }
+        let late = state.withLock { s in Set(mark.takes.compactMap { s.takeRecords[$0] }) }
+        return await queue.records(under: location).filter { $0.id <= mark.lastGiven || late.contains($0.id) }
+    }
+
+    /// A move is over: what it watched is forgotten.
+    func unmarkMove(_ mark: MoveMark) {
+        state.withLock { s in
+            for t in mark.takes {
+                s.watchedTakes.remove(t)
+                s.takeRecords[t] = nil
+            }
+        }
+    }
+
+    /// A folder's rename or an exchange begins at `location`: nothing queued at or under it
     /// is sent (`UploadQueue.pause(under:)`), and no stream there starts or completes
     /// (`State.moving`) — each is bound to the old path, and sent meanwhile would land there (a
     /// folder made again, or the other file of an exchange written over). Waits for a stream

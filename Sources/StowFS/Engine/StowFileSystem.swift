@@ -50,6 +50,9 @@ public final class StowFileSystem: Sendable {
     let fetching = InflightBlocks()
     let inodeLocks = InodeLocks()
     let flushLocks = FlushLocks()
+    /// Tests: runs once a move's names have changed here, before it looks for the records it
+    /// carries (what happens in that moment, made to happen).
+    let afterMovedHere = Mutex<(@Sendable () async -> Void)?>(nil)
     /// Empty local copies for the next files written here: made ahead, or emptied after upload.
     let cacheFiles: CacheFilePool
     let streamSupport = StreamSupport()
@@ -303,10 +306,13 @@ public final class StowFileSystem: Sendable {
         /// Which inode each owed upload belongs to.
         var uploadOwner: [Int64: InodeNumber] = [:]
         /// Contents taken for an upload and not yet recorded (`take` to `recorded` or `untake`),
-        /// by a number of their own, with the path each read: a folder's rename waits for those
-        /// under it (`waitForTakes`).
+        /// by a number of their own, with the path each read: a folder's rename or an exchange
+        /// waits for those under it that read the old path (`markMove`, `carried`).
         var takes: [Int64: Location] = [:]
         var nextTake: Int64 = 0
+        /// Takes a move waits for (`markMove`), and the records they became (`recorded`).
+        var watchedTakes: Set<Int64> = []
+        var takeRecords: [Int64: Int64] = [:]
         /// Folders being renamed and files being exchanged now (`beginMove`, once for each): no stream
         /// at or under them starts or completes.
         var moving: [Location] = []

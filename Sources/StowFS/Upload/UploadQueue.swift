@@ -400,12 +400,17 @@ public actor UploadQueue {
     /// the next mount sends as it is — the same upload (see `init`).
     /// `takenAfter`: the journal's `lastGivenID` when the content was taken (frozen): a record a
     /// close makes after that (the file opened and written again) is newer, whatever the ids.
+    /// `location`: the file's path when its content was taken, where the upload goes (nil: the
+    /// held record's). They differ when a folder above moved since the close: the move carries
+    /// the records made before it changed the names, not those made after (`StowFileSystem.markMove`).
     public func release(
-        _ id: Int64, cacheFile: String, size: Int64, params: UploadParams, contentDurable: Bool = false, takenAfter: Int64? = nil
+        _ id: Int64, location: Location? = nil, cacheFile: String, size: Int64, params: UploadParams, contentDurable: Bool = false,
+        takenAfter: Int64? = nil
     ) throws -> Int64 {
         guard let held = records[id] else {
             throw FSError.io("the journal lost record \(id)")
         }
+        let location = location ?? held.location
         // Unchanged bytes: whatever made them durable at the flush (an fsync, or the bytes kept in
         // the held record) still does; kept bytes go along to the new record.
         let unchanged = contentDurable && held.cacheFile == cacheFile
@@ -415,7 +420,7 @@ public actor UploadQueue {
         // id, and the journal is not written at all: its row says `held`, which the next mount
         // sends as it is (`init`), the same upload. A requeue was a commit of 6–10 pages for each
         // file closed, and `close` shares the disk's flushes with it.
-        if same, held.session == nil, isLastInLine(id, location: held.location) {
+        if same, held.session == nil, held.location == location, isLastInLine(id, location: location) {
             var r = held
             r.state = .queued
             r.attempts = 0
@@ -429,10 +434,10 @@ public actor UploadQueue {
             return id
         }
         let newID = try journal.requeue(
-            id, location: held.location, cacheFile: cacheFile, size: size, params: params, contentType: held.contentType, tags: held.tags,
-            patch: held.patch, synced: !same, carryContent: unchanged, contentAfter: takenAfter)
+            id, location: location, cacheFile: cacheFile, size: size, params: params, contentType: held.contentType, tags: held.tags,
+            patch: held.patch, synced: !same || held.location != location, carryContent: unchanged, contentAfter: takenAfter)
         records[newID] = UploadJournal.Record(
-            id: newID, location: held.location, cacheFile: cacheFile, size: size, params: params, contentType: held.contentType, tags: held.tags,
+            id: newID, location: location, cacheFile: cacheFile, size: size, params: params, contentType: held.contentType, tags: held.tags,
             patch: held.patch, session: nil, state: .queued, attempts: 0, lastError: nil, nextAttempt: 0,
             created: Int64(Date().timeIntervalSince1970 * 1000), replaces: held.replaces)
         noteInserted(newID)
