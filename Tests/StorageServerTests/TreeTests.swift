@@ -467,4 +467,31 @@ struct TreeTests {
             #expect(again?.kind == .exists)
         }
     }
+
+    /// An exchange is its own undoing: sent again after the server swapped and its answer was
+    /// lost (a replica killed after its commit, a proxy's timeout), it swapped back, and the
+    /// client, told it succeeded, sent each file's later content to the other's name.
+    @Test("an exchange carried out whose answer was lost is not sent again: the swap stands, and is the answer")
+    func exchangeAnswerLost() async throws {
+        try await withServer { s in
+            let a = try await s.admin.put(Array("A".utf8), "x/a")
+            let b = try await s.admin.put(Array("B".utf8), "y/b")
+            let proxy = try AnswerLosingProxy(target: s.url)
+            defer { proxy.stop() }
+            let client = HTTPObjectStore(configuration: {
+                var c = HTTPObjectStore.Configuration(endpoint: proxy.url, token: TestServer.adminToken)
+                c.retry = RetryPolicy(attempts: 3, baseDelay: .milliseconds(20))
+                return c
+            }())
+            proxy.loseAnswers(1, of: "POST /service/application/assets/v1.0/namespaces/test/rename")
+            let swapped = await Result { try await client.rename(testNamespace, from: path("x"), to: path("y"), replace: false, exchange: true) }
+            try? await client.shutdown()
+            #expect(proxy.lost.load(ordering: .relaxed) == 1)
+            #expect(try swapped.get().inode != 0)
+            #expect(try await s.admin.get("y/a") == Array("A".utf8), "the swap was undone")
+            #expect(try await s.admin.get("x/b") == Array("B".utf8))
+            #expect(try await s.admin.record(testNamespace, path("y/a")).inode == a.inode)
+            #expect(try await s.admin.record(testNamespace, path("x/b")).inode == b.inode)
+        }
+    }
 }

@@ -266,11 +266,44 @@ struct OpenSnapshotTests {
         }
     }
 
-    /// After the swap of two folders, a file written in the folder now at the old name stays
-    /// there: a close made once the names changed here is not one to move with the other folder
-    /// (told apart from those made before by when it was recorded, not by its path).
-    @Test("closes before and after a folder exchange: each lands where its folder is")
-    func closesAroundFolderExchange() async throws {
+    /// A file closed in the moment after two folders were swapped here (before the swap's records
+    /// moved): its record names its folder's new name, `d1/`, the name the other folder's records
+    /// had before. Moved by its path with them, it went to `d2/f`, over the file that belongs there.
+    @Test("a close just after a folder exchange changed the names here: it lands where its folder is now")
+    func closeJustAfterFolderExchange() async throws {
+        let base = InMemoryObjectStore(namespaces: [ns])
+        _ = try await base.upload(.bytes(ByteBuffer(string: "one")), size: 3, to: ns, try StoragePath("d1/f"))
+        _ = try await base.upload(.bytes(ByteBuffer(string: "two")), size: 3, to: ns, try StoragePath("d2/f"))
+        try await withEngine(store: base, configure: { $0.attributeTTL = .seconds(120) }) { h in
+            let fs = h.fs
+            _ = try await h.resolve("d1/f")
+            let second = try await h.resolve("d2/f")
+            let handle = try await fs.open(second, write: true, truncate: true).handle
+            let done = Mutex(false)
+            fs.afterMovedHere.withLock {
+                $0 = { @Sendable in
+                    // Once, in the moment after the names changed here: the file, at d1/f now, closed.
+                    guard !done.withLock({ d in defer { d = true }; return d }) else { return }
+                    _ = try? fs.write(second, handle: handle, offset: 0, bytes: Array("late two".utf8))
+                    try? fs.flushHere(second, handle: handle)
+                    await fs.release(second, handle: handle)
+                }
+            }
+            try await fs.rename(parent: .root, name: "d1", newParent: .root, newName: "d2", exchange: true)
+            #expect(done.withLock { $0 }, "the exchange never ran the hook")
+            let failures = await fs.sync()
+            #expect(failures.isEmpty)
+            #expect(try await h.stored("d1/f") == "late two")
+            #expect(try await h.stored("d2/f") == "one", "the other folder's file was written over")
+        }
+    }
+
+    /// A file closed while the server swapped its folder with another (its record names the old
+    /// path), and released in the moment after the names changed here: the release reads the new
+    /// path, and its upload goes there. Queued at the held record's old path, it came after the
+    /// move's mark and was not moved: it wrote over the other folder's file.
+    @Test("a release just after a folder exchange of a file closed during it: it lands in the moved folder")
+    func releaseJustAfterFolderExchange() async throws {
         let base = InMemoryObjectStore(namespaces: [ns])
         _ = try await base.upload(.bytes(ByteBuffer(string: "one")), size: 3, to: ns, try StoragePath("d1/f"))
         _ = try await base.upload(.bytes(ByteBuffer(string: "two")), size: 3, to: ns, try StoragePath("d2/f"))
@@ -278,28 +311,45 @@ struct OpenSnapshotTests {
         try await withEngine(store: store, configure: { $0.attributeTTL = .seconds(120) }) { h in
             defer { store.releaseHeldAnswers() }
             let fs = h.fs
-            let first = try await h.resolve("d1/f")
-            let second = try await h.resolve("d2/f")
-            let handle = try await fs.open(first, write: true, truncate: true).handle
-            _ = try fs.write(first, handle: handle, offset: 0, bytes: Array("new one".utf8))
-            try await fs.rename(parent: .root, name: "d1", newParent: .root, newName: "d2", exchange: true)
-            try fs.flushHere(first, handle: handle)
-            await fs.release(first, handle: handle)
-            // The file now at d1/f (d2's before the swap), written after it.
-            let other = try await fs.open(second, write: true, truncate: true).handle
-            _ = try fs.write(second, handle: other, offset: 0, bytes: Array("new two".utf8))
-            try fs.flushHere(second, handle: other)
-            await fs.release(second, handle: other)
+            let ino = try await h.resolve("d1/f")
+            _ = try await h.resolve("d2/f")
+            let handle = try await fs.open(ino, write: true, truncate: true).handle
+            _ = try fs.write(ino, handle: handle, offset: 0, bytes: Array("new".utf8))
+            let released = Mutex(false)
+            fs.afterMovedHere.withLock {
+                $0 = { @Sendable in
+                    guard !released.withLock({ d in defer { d = true }; return d }) else { return }
+                    // Another file queued after its held record first: the release then queues anew
+                    // (a new id, after the mark), not in the held record's place.
+                    if let (entry, opened) = try? fs.create(parent: .root, name: "other", mode: 0o644, caller: .root) {
+                        _ = try? fs.write(entry.ino, handle: opened.handle, offset: 0, bytes: Array("other".utf8))
+                        try? fs.flushHere(entry.ino, handle: opened.handle)
+                        await fs.release(entry.ino, handle: opened.handle)
+                    }
+                    await fs.release(ino, handle: handle)
+                }
+            }
+            let swap = try await renameHeld(store) { try await fs.rename(parent: .root, name: "d1", newParent: .root, newName: "d2", exchange: true) }
+            // (The exchange sent "new" before it asked the server.) Closed while the server swaps:
+            _ = try fs.write(ino, handle: handle, offset: 0, bytes: Array("newer".utf8))
+            try fs.flushHere(ino, handle: handle)
+            store.releaseHeldAnswers()
+            try await swap.value
+            #expect(released.withLock { $0 }, "the exchange never ran the hook")
             let failures = await fs.sync()
             #expect(failures.isEmpty)
-            #expect(try await h.stored("d2/f") == "new one")
-            #expect(try await h.stored("d1/f") == "new two")
+            #expect(try await h.stored("d2/f") == "newer")
+            #expect(try await h.stored("d1/f") == "two", "the other folder's file was written over")
+            #expect(try await h.stored("other") == "other")
         }
     }
 
-    /// `mv d e; mkdir d` and a file written in the new `d` at once (a rotation of a folder of
-    /// logs): the new file's record, made once the names changed here, names `d/` as those made
-    /// before the rename did. Moved by its path with them, it landed in `e/`, and `d/` lost it.
+    /// A folder `d` made again, and a file written in it, in the moment after `mv d e` changed
+    /// the names here: the new file's record names `d/` as those made before the rename did.
+    /// Moved by its path with them, it landed in `e/`, and `d/` lost it. (Through the kernel, the
+    /// parent's lock keeps the `mkdir` waiting until the rename returns; an exchange has no such
+    /// shelter — after the swap, the old name is the other folder's at once — and the engine does
+    /// not lean on it.)
     @Test("a file written in a new folder of a renamed folder's old name: it stays there")
     func newFolderAtRenamedName() async throws {
         let base = InMemoryObjectStore(namespaces: [ns])

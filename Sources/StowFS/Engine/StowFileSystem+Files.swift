@@ -1140,7 +1140,7 @@ extension StowFileSystem {
         logger.error("cannot hand \(t.location) to the upload queue: \(why)")
         state.withLock { s in
             s.takes[t.token] = nil
-            s.watchedTakes.remove(t.token)
+            s.watchedTakes[t.token] = nil
             guard var e = s.inodes[ino] else { return }
             e.submitting -= 1
             if var local = e.local {
@@ -1162,7 +1162,7 @@ extension StowFileSystem {
     private func recorded(_ ino: InodeNumber, _ id: Int64, token: Int64) {
         state.withLock { s in
             s.takes[token] = nil
-            if s.watchedTakes.remove(token) != nil { s.takeRecords[token] = id }
+            if s.watchedTakes[token] != nil { s.takeRecords[token] = id }
             s.inodes[ino]?.submitting -= 1
             s.inodes[ino]?.upload = id
             s.inodes[ino]?.olderUploads.remove(id)

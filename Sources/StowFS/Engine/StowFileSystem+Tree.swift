@@ -396,10 +396,16 @@ extension StowFileSystem {
         }
         guard let srcEntry = state.withLock({ $0.inodes[src] }) else { throw FSError.notFound }
         let dstEntry = dst.flatMap { d in state.withLock { $0.inodes[d] } }
-        // Uploads owed under the old name follow it (interrupted and restarted if running).
+        // A file's uploads owed under the old name follow it now (interrupted and restarted if
+        // running). A folder's wait where they are (`beginMove`) and follow it once its names
+        // changed here (`carried`): moved before the server's rename, a release under way would
+        // queue the old path after them (and a crash before the rename would make the new folder
+        // on the server with only those in it). One running is stopped where it is: it must not
+        // land at the old path after the server's rename.
         let moving: [(id: Int64, from: Location)]
         if srcEntry.kind == .directory {
-            moving = await queue.records(under: srcLoc).map { ($0.id, $0.location) }
+            moving = []
+            for r in await queue.records(under: srcLoc) where await queue.isRunning(r.id) { _ = await queue.retarget(r.id, to: r.location) }
         } else {
             moving = (srcEntry.owedUploads + (srcEntry.local?.heldUpload.map { [$0] } ?? [])).map { ($0, srcLoc) }
         }
@@ -626,7 +632,7 @@ extension StowFileSystem {
     /// its path and its id from one moment).
     func markMove(_ s: inout State, under locations: [Location]) -> MoveMark {
         let takes = Set(s.takes.filter { t in locations.contains { t.value.isWithin($0) } }.keys)
-        s.watchedTakes.formUnion(takes)
+        for t in takes { s.watchedTakes[t, default: 0] += 1 }
         return MoveMark(lastGiven: queue.lastGivenID, takes: takes)
     }
 
@@ -636,7 +642,11 @@ extension StowFileSystem {
     /// and the move must not hang on it).
     func carried(_ mark: MoveMark, from location: Location) async -> [UploadJournal.Record] {
         let deadline = ContinuousClock.now + .seconds(60)
-        while state.withLock({ s in mark.takes.contains { s.takes[$0] != nil } }), ContinuousClock.now < deadline {
+        while state.withLock({ s in mark.takes.contains { s.takes[$0] != nil } }) {
+            guard ContinuousClock.now < deadline else {
+                logger.error("\(location): a file's content taken for upload before the move was not recorded within a minute; it may go to its old path")
+                break
+            }
             try? await Task.sleep(for: .milliseconds(1))
         }
         if let hook = afterMovedHere.withLock({ $0 }) { await hook() }
@@ -647,9 +657,11 @@ extension StowFileSystem {
     /// A move is over: what it watched is forgotten.
     func unmarkMove(_ mark: MoveMark) {
         state.withLock { s in
+            // Counted: two moves at once (a folder and its parent) may watch one take.
             for t in mark.takes {
-                s.watchedTakes.remove(t)
-                s.takeRecords[t] = nil
+                let left = (s.watchedTakes[t] ?? 1) - 1
+                s.watchedTakes[t] = left > 0 ? left : nil
+                if left <= 0 { s.takeRecords[t] = nil }
             }
         }
     }

@@ -310,8 +310,8 @@ public final class StowFileSystem: Sendable {
         /// waits for those under it that read the old path (`markMove`, `carried`).
         var takes: [Int64: Location] = [:]
         var nextTake: Int64 = 0
-        /// Takes a move waits for (`markMove`), and the records they became (`recorded`).
-        var watchedTakes: Set<Int64> = []
+        /// Takes moves wait for (`markMove`: how many moves), and the records they became (`recorded`).
+        var watchedTakes: [Int64: Int] = [:]
         var takeRecords: [Int64: Int64] = [:]
         /// Folders being renamed and files being exchanged now (`beginMove`, once for each): no stream
         /// at or under them starts or completes.
