@@ -400,8 +400,8 @@ public final class HTTPObjectStore: ObjectStore {
     }
 
     public func rename(_ ns: Namespace, from: StoragePath, to: StoragePath, replace: Bool, exchange: Bool) async throws -> FileRecord {
+        if exchange { return try await self.exchange(ns, from: from, to: to) }
         let body = Self.json(RenameRequest(from: from.string, to: to.string, replace: replace, exchange: exchange))
-        if exchange { return try await self.exchange(ns, from: from, to: to, body: body) }
         var attempt = 0
         let answer = try await execute({ attempt += 1; return makeRequest(.POST, url(Routes.rename(ns)), body: body) }())
         if answer.status == 404 && attempt > 1 && !exchange, let moved = try? await record(ns, to) {
@@ -412,31 +412,30 @@ public final class HTTPObjectStore: ObjectStore {
     }
 
     /// An exchange is its own undoing: sent again after the server swapped and its answer was lost
-    /// (a replica killed after its commit, a balancer's timeout), it swaps back, and the caller,
-    /// told it succeeded, sends each side's later content to the other's name. So it is sent again
-    /// only once the server is seen not to have swapped: the record that stood at `from` before is
-    /// found at `to` (swapped: that is the answer) or still at `from` (not: sent again). Unknown
-    /// (the server still away), it is asked again, and in the end the failure is thrown.
-    private func exchange(_ ns: Namespace, from: StoragePath, to: StoragePath, body: ByteBuffer) async throws -> FileRecord {
+    /// (a replica killed after its commit, a balancer's timeout while the first is still under
+    /// way), it would swap back, and the caller, told it succeeded, would send each side's later
+    /// content to the other's name. So it names the server inodes it saw at both names
+    /// (`if_from_inode`, `if_to_inode`), and the server swaps only if they are still there: of
+    /// any number sent, one swaps and the others are refused (412). Refused, or with no answer
+    /// after the last try, the server is asked: the record that stood at `from` found at `to` is
+    /// the answer.
+    private func exchange(_ ns: Namespace, from: StoragePath, to: StoragePath) async throws -> FileRecord {
         let moving = try await record(ns, from).inode
-        let policy = configuration.retry
-        var attempt = 1
-        while true {
-            let failure: StorageError
-            do {
-                return try decode(FileRecord.self, try await execute(makeRequest(.POST, url(Routes.rename(ns)), body: body), idempotent: false))
-            } catch let error as StorageError where error.isTransient {
-                failure = error
-            }
-            var resend = false
-            while !resend {
-                guard attempt < policy.attempts else { throw failure }
-                try await policy.sleep(policy.delay(after: attempt))
-                attempt += 1
-                if let there = try? await record(ns, to), there.inode == moving { return there }
-                if let here = try? await record(ns, from), here.inode == moving { resend = true }
-            }
+        let staying = try await record(ns, to).inode
+        let body = Self.json(RenameRequest(from: from.string, to: to.string, exchange: true, ifFromInode: moving, ifToInode: staying))
+        func swapped() async -> FileRecord? {
+            guard let there = try? await record(ns, to), there.inode == moving else { return nil }
+            return there
         }
+        let answer: Answer
+        do {
+            answer = try await execute(makeRequest(.POST, url(Routes.rename(ns)), body: body))
+        } catch let error as StorageError where error.isTransient {
+            if let done = await swapped() { return done }
+            throw error
+        }
+        if answer.status == 412, let done = await swapped() { return done }
+        return try decode(FileRecord.self, answer)
     }
 
     public func makeNode(_ ns: Namespace, _ path: StoragePath, _ request: NodeRequest) async throws -> FileRecord {

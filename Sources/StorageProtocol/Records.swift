@@ -550,12 +550,25 @@ public struct RenameRequest: Codable, Sendable, Equatable {
     public var replace: Bool?
     /// Swap `from` and `to` (both must exist), as `renameat2(RENAME_EXCHANGE)`.
     public var exchange: Bool?
+    /// A StowFS extension, with `exchange`: swap only if `from` is the server inode `ifFromInode`
+    /// and `to` is `ifToInode` (else 412). An exchange is its own undoing, so a client that sends
+    /// one again (its answer lost) must not swap back what the first did.
+    public var ifFromInode: UInt64?
+    public var ifToInode: UInt64?
 
-    public init(from: String, to: String, replace: Bool? = nil, exchange: Bool? = nil) {
+    enum CodingKeys: String, CodingKey {
+        case from, to, replace, exchange
+        case ifFromInode = "if_from_inode"
+        case ifToInode = "if_to_inode"
+    }
+
+    public init(from: String, to: String, replace: Bool? = nil, exchange: Bool? = nil, ifFromInode: UInt64? = nil, ifToInode: UInt64? = nil) {
         self.from = from
         self.to = to
         self.replace = replace
         self.exchange = exchange
+        self.ifFromInode = ifFromInode
+        self.ifToInode = ifToInode
     }
 }
 

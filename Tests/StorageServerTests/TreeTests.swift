@@ -494,4 +494,29 @@ struct TreeTests {
             #expect(try await s.admin.record(testNamespace, path("x/b")).inode == b.inode)
         }
     }
+
+    /// The condition an exchange can carry (`if_from_inode`, `if_to_inode`): the server swaps only
+    /// if both names still hold those inodes, decided in the swap's own transaction.
+    @Test("an exchange that names the inodes it expects: refused (412, nothing changed) when either is another; swapped when both are")
+    func exchangeOnCondition() async throws {
+        try await withServer { s in
+            let a = try await s.admin.put(Array("A".utf8), "a")
+            let b = try await s.admin.put(Array("B".utf8), "b")
+            let route = Routes.rename(testNamespace)
+            let wrong = try await s.raw.json("POST", route, RenameRequest(from: "a", to: "b", exchange: true, ifFromInode: a.inode, ifToInode: a.inode))
+            #expect(wrong.status == 412)
+            #expect(try await s.admin.get("a") == Array("A".utf8))
+            #expect(try await s.admin.get("b") == Array("B".utf8))
+            let half = try await s.raw.json("POST", route, RenameRequest(from: "a", to: "b", exchange: true, ifFromInode: a.inode))
+            #expect(half.status == 400)
+            let right = try await s.raw.json("POST", route, RenameRequest(from: "a", to: "b", exchange: true, ifFromInode: a.inode, ifToInode: b.inode))
+            #expect(right.status == 200)
+            #expect(try await s.admin.get("a") == Array("B".utf8))
+            #expect(try await s.admin.get("b") == Array("A".utf8))
+            // The same request again (its answer lost): refused, the swap stands.
+            let again = try await s.raw.json("POST", route, RenameRequest(from: "a", to: "b", exchange: true, ifFromInode: a.inode, ifToInode: b.inode))
+            #expect(again.status == 412)
+            #expect(try await s.admin.get("a") == Array("B".utf8))
+        }
+    }
 }

@@ -62,8 +62,19 @@ extension StowService {
             let ns = try self.namespace(ctx)
             try self.authorize(req, ns.name, .write)
             let body = try await self.decode(RenameRequest.self, from: req)
+            var expecting: ExchangeExpectation?
+            switch (body.ifFromInode, body.ifToInode) {
+            case (let f?, let t?):
+                guard body.exchange == true else { throw APIError.badRequest("`if_from_inode` and `if_to_inode` go with `exchange`") }
+                expecting = ExchangeExpectation(from: f, to: t)
+            case (nil, nil):
+                break
+            default:
+                throw APIError.badRequest("`if_from_inode` and `if_to_inode` go together")
+            }
             let node = try await self.store.rename(
-                ns, from: try StoragePath(body.from), to: try StoragePath(body.to), replace: body.replace ?? false, exchange: body.exchange ?? false)
+                ns, from: try StoragePath(body.from), to: try StoragePath(body.to), replace: body.replace ?? false, exchange: body.exchange ?? false,
+                expecting: expecting)
             return self.json(self.record(node, base: self.baseURL(req)))
         }
         router.put("\(ns)/nodes/**") { req, ctx in

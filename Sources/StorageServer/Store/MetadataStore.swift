@@ -56,7 +56,9 @@ public protocol MetadataStore: StagingLedger, ChangeFeed, LockLedger {
     /// that is not the server inode `inode` is refused as by a wrong ETag); in one transaction
     /// where the store can. The default removes them one by one.
     func removeFiles(_ ns: Namespace, _ files: [FileDeletion]) async throws -> [Result<Void, any Error>]
-    func rename(_ ns: Namespace, from: StoragePath, to: StoragePath, replace: Bool, exchange: Bool) async throws -> Node
+    /// With `exchange` and `expecting`: only if `from` is the inode `expecting.from` and `to` is
+    /// `expecting.to` (else `preconditionFailed`), decided in the exchange's own transaction.
+    func rename(_ ns: Namespace, from: StoragePath, to: StoragePath, replace: Bool, exchange: Bool, expecting: ExchangeExpectation?) async throws -> Node
     func makeNode(_ ns: Namespace, _ path: StoragePath, kind: NodeKind, attributes: NewNodeAttributes, target: String?, rdev: UInt64?) async throws -> Node
     func link(_ ns: Namespace, from: StoragePath, to: StoragePath) async throws -> Node
     func patch(_ ns: Namespace, _ path: StoragePath, _ patch: FilePatch, ifMatch: String?) async throws -> Node
@@ -427,4 +429,20 @@ public protocol StagingLedger: Sendable {
     func dropStaging(_ id: String) async throws
     /// Every upload staged, with its multipart upload and when it began (ns; for the sweeps).
     func stagings() async throws -> [(id: String, s3UploadID: String, begunNs: Int64)]
+}
+
+/// The server inodes an exchange expects at its two names (`RenameRequest.ifFromInode`).
+public struct ExchangeExpectation: Sendable, Equatable {
+    public var from: UInt64
+    public var to: UInt64
+    public init(from: UInt64, to: UInt64) {
+        self.from = from
+        self.to = to
+    }
+}
+
+extension MetadataStore {
+    public func rename(_ ns: Namespace, from: StoragePath, to: StoragePath, replace: Bool, exchange: Bool) async throws -> Node {
+        try await rename(ns, from: from, to: to, replace: replace, exchange: exchange, expecting: nil)
+    }
 }

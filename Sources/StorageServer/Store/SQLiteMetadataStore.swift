@@ -456,7 +456,7 @@ public final class SQLiteMetadataStore: MetadataStore {
         try Self.removeEntry(db, parent: parent, name: path.name, ino: ino, isDirectory: false, now: now, graceNs: graceNs)
     }
 
-    public func rename(_ ns: Namespace, from: StoragePath, to: StoragePath, replace: Bool, exchange: Bool) async throws -> Node {
+    public func rename(_ ns: Namespace, from: StoragePath, to: StoragePath, replace: Bool, exchange: Bool, expecting: ExchangeExpectation?) async throws -> Node {
         let grace = blobGraceNs
         return try await write { db in
             guard !from.isRoot, !to.isRoot else { throw StoreError.invalidRename("the root folder cannot be renamed") }
@@ -471,6 +471,9 @@ public final class SQLiteMetadataStore: MetadataStore {
             let existing = try Self.lookup(db, toParent, to.name)
             if exchange {
                 guard let other = existing else { throw StoreError.notFound(to) }
+                if let expecting, expecting.from != UInt64(ino) || expecting.to != UInt64(other) {
+                    throw StoreError.preconditionFailed("`\(from)` and `\(to)` are not the files the exchange expected")
+                }
                 let target = try Self.inode(db, other)
                 if target.kind == .directory && from.isWithin(to) {
                     throw StoreError.invalidRename("cannot exchange `\(to)` with something inside it")

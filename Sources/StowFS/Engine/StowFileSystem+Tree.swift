@@ -405,7 +405,7 @@ extension StowFileSystem {
         let moving: [(id: Int64, from: Location)]
         if srcEntry.kind == .directory {
             moving = []
-            for r in await queue.records(under: srcLoc) where await queue.isRunning(r.id) { _ = await queue.retarget(r.id, to: r.location) }
+            await queue.stopRunning(under: [srcLoc])
         } else {
             moving = (srcEntry.owedUploads + (srcEntry.local?.heldUpload.map { [$0] } ?? [])).map { ($0, srcLoc) }
         }
@@ -564,9 +564,7 @@ extension StowFileSystem {
             return [src, dst].contains { s.inodes[$0]?.kind == .directory }
         }
         // One running is stopped where it is (to its own path): it must not land after the swap.
-        for r in await queue.records(under: srcLoc) + queue.records(under: dstLoc) where await queue.isRunning(r.id) {
-            _ = await queue.retarget(r.id, to: r.location)
-        }
+        await queue.stopRunning(under: [srcLoc, dstLoc])
         _ = try await remote { try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: false, exchange: true) }
         var mark: MoveMark?
         // A folder's: every file's flush lock, since a close of any file under it reads the path it records.

@@ -580,6 +580,25 @@ public actor UploadQueue {
         return .cancelled
     }
 
+    /// Stops the uploads running at or under `locations` where they are (a move begins there:
+    /// one landing after the server's rename or swap would land at the old path), their sessions
+    /// dropped, as `retarget` to their own paths would — with the path each has once stopped,
+    /// not one read before (a rename of a file there may have moved it meanwhile).
+    public func stopRunning(under locations: [Location]) async {
+        let ids = records.values.filter { r in running[r.id] != nil && locations.contains { r.location.isWithin($0) } }.map(\.id)
+        for id in ids {
+            cancelling.insert(id)
+            _ = await interrupt(id)
+            if let r = records[id] {
+                abandon(r.session)
+                try? journal.retarget(id, to: r.location)
+                records[id]?.session = nil
+            }
+            cancelling.remove(id)
+        }
+        wake.signal()
+    }
+
     /// The stored file these uploads (all to land at one path) are to replace, as a rename onto
     /// that path found it (`Record.replaces`), written to the journal. Returns what they replaced
     /// before, for a rename that fails to put back.

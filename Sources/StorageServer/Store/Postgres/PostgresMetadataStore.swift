@@ -551,10 +551,18 @@ public final class PostgresMetadataStore: MetadataStore {
         return results.map { $0 ?? .failure(StoreError.conflict("the file was not deleted; try again")) }
     }
 
-    public func rename(_ ns: Namespace, from: StoragePath, to: StoragePath, replace: Bool, exchange: Bool) async throws -> Node {
+    public func rename(_ ns: Namespace, from: StoragePath, to: StoragePath, replace: Bool, exchange: Bool, expecting: ExchangeExpectation?) async throws -> Node {
         // Shared tree lock first; a rename that turns out to move a folder (SN041) runs again holding it exclusively.
         for exclusive in [false, true] {
             do {
+                if exchange, let expecting {
+                    return try await node(
+                        ns, to,
+                        """
+                        SELECT \(unescaped: Self.inodeColumns()) FROM stow_exchange_if(stow_o(\(ns.name), \(ChangeOrigin.current)), \(from.segments), \(to.segments),
+                            \(Int64(bitPattern: expecting.from)), \(Int64(bitPattern: expecting.to)), \(from.isWithin(to)), \(blobGraceNs), \(exclusive))
+                        """)
+                }
                 return try await node(
                     ns, to,
                     """

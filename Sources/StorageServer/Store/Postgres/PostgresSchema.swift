@@ -38,7 +38,7 @@ enum PostgresSchema {
         var statements: [String]
     }
 
-    static let migrations: [Migration] = [tables, functions, stagingLedger, changeFeed, locks, lockNotifications, trimBelowHead, search, removeFiles]
+    static let migrations: [Migration] = [tables, functions, stagingLedger, changeFeed, locks, lockNotifications, trimBelowHead, search, removeFiles, exchangeIf]
 
     static let tables = Migration(
         version: 1, name: "tables",
@@ -1225,5 +1225,35 @@ enum PostgresSchema {
                 PERFORM stow_touch(touched, stow_now());
             END $$
             """,
+        ])
+
+    /// An exchange only if its two names still hold the inodes the client saw (`RenameRequest`'s
+    /// `if_from_inode`, `if_to_inode`): sent again after its answer was lost, an exchange would
+    /// swap back. Both names' entries are locked as `stow_rename` locks them (their parents and
+    /// inodes, in inode order: it takes the same locks again, held already), then compared.
+    static let exchangeIf = Migration(
+        version: 10, name: "exchange on condition",
+        statements: [
+            """
+            CREATE FUNCTION stow_exchange_if(
+                p_ns text, p_from text[], p_to text[], p_from_ino bigint, p_to_ino bigint,
+                p_from_within_to boolean, p_grace bigint, p_exclusive boolean
+            ) RETURNS SETOF inodes LANGUAGE plpgsql AS $$
+            DECLARE
+                r bigint := stow_enter(p_ns, p_exclusive); nf int := stow_len(p_from); nt int := stow_len(p_to);
+                from_parent bigint; to_parent bigint;
+            BEGIN
+                IF nf = 0 OR nt = 0 THEN PERFORM stow_fail('SN007', 'the root folder cannot be renamed'); END IF;
+                from_parent := stow_resolve_folder(r, p_from[1:nf-1]);
+                to_parent := stow_resolve_folder(r, p_to[1:nt-1]);
+                PERFORM stow_lock(ARRAY[from_parent, to_parent, stow_lookup(from_parent, p_from[nf]), stow_lookup(to_parent, p_to[nt])]);
+                IF stow_lookup(from_parent, p_from[nf]) IS DISTINCT FROM p_from_ino
+                   OR stow_lookup(to_parent, p_to[nt]) IS DISTINCT FROM p_to_ino THEN
+                    PERFORM stow_fail('SN008', format('`%s` and `%s` are not the files the exchange expected',
+                        stow_join(p_from, nf), stow_join(p_to, nt)));
+                END IF;
+                RETURN QUERY SELECT * FROM stow_rename(p_ns, p_from, p_to, false, true, false, p_from_within_to, p_grace, p_exclusive);
+            END $$
+            """
         ])
 }
