@@ -189,7 +189,7 @@ public final class FaultInjectingObjectStore: ObjectStore {
         try await enter(.rename)
         let record = try await base.rename(ns, from: from, to: to, replace: replace, exchange: exchange)
         try await leave(.rename)
-        return record
+        return try answer(.rename, record)
     }
     public func makeNode(_ ns: Namespace, _ path: StoragePath, _ request: NodeRequest) async throws -> FileRecord {
         try await enter(.makeNode)

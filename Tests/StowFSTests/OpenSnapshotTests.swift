@@ -344,6 +344,34 @@ struct OpenSnapshotTests {
         }
     }
 
+    /// The server swapped two files but its answer was lost (a replica killed after its commit):
+    /// taken as a failure, the names here stayed unswapped, and each file's next upload went to
+    /// the other's name on the server — over the other file.
+    @Test("an exchange the server made whose answer was lost: the swap is found and stands, and later writes land where they belong")
+    func exchangeAnswerLostInEngine() async throws {
+        let base = InMemoryObjectStore(namespaces: [ns])
+        _ = try await base.upload(.bytes(ByteBuffer(string: "A0")), size: 2, to: ns, try StoragePath("a"))
+        _ = try await base.upload(.bytes(ByteBuffer(string: "B0")), size: 2, to: ns, try StoragePath("b"))
+        let store = FaultInjectingObjectStore(wrapping: base)
+        try await withEngine(store: store, configure: { $0.attributeTTL = .seconds(120) }) { h in
+            let fs = h.fs
+            let ino = try await h.resolve("a")
+            _ = try await h.resolve("b")
+            store.loseAnswers(1, of: .rename)
+            try await fs.rename(parent: .root, name: "a", newParent: .root, newName: "b", exchange: true)
+            #expect(try await h.resolve("b") == ino, "the names here were not swapped")
+            // The file now named b, written and closed.
+            let handle = try await fs.open(ino, write: true, truncate: true).handle
+            _ = try fs.write(ino, handle: handle, offset: 0, bytes: Array("A1".utf8))
+            try fs.flushHere(ino, handle: handle)
+            await fs.release(ino, handle: handle)
+            let failures = await fs.sync()
+            #expect(failures.isEmpty)
+            #expect(try await h.stored("b") == "A1")
+            #expect(try await h.stored("a") == "B0", "the other file was written over")
+        }
+    }
+
     /// A folder `d` made again, and a file written in it, in the moment after `mv d e` changed
     /// the names here: the new file's record names `d/` as those made before the rename did.
     /// Moved by its path with them, it landed in `e/`, and `d/` lost it. (Through the kernel, the

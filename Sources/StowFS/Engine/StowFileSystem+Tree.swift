@@ -565,7 +565,16 @@ extension StowFileSystem {
         }
         // One running is stopped where it is (to its own path): it must not land after the swap.
         await queue.stopRunning(under: [srcLoc, dstLoc])
-        _ = try await remote { try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: false, exchange: true) }
+        // Where `from`'s server inode is says whether an exchange whose answer did not come swapped.
+        let moving = try? await store.record(ns, srcLoc.path).inode
+        do {
+            _ = try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: false, exchange: true)
+        } catch let error as StorageError where error.isTransient {
+            guard let moving, await exchangeHappened(ns, srcLoc, dstLoc, moving: moving) == true else { throw FSError.from(error) }
+            logger.warning("\(srcLoc) ⇄ \(dstLoc): the server swapped them, though its answer did not come")
+        } catch {
+            throw FSError.from(error)
+        }
         var mark: MoveMark?
         // A folder's: every file's flush lock, since a close of any file under it reads the path it records.
         let swapHere = {
@@ -581,6 +590,23 @@ extension StowFileSystem {
         unmarkMove(mark!)
         for r in fromSrc { _ = await queue.retarget(r.id, to: r.location.rebased(from: srcLoc, to: dstLoc)) }
         for r in fromDst { _ = await queue.retarget(r.id, to: r.location.rebased(from: dstLoc, to: srcLoc)) }
+    }
+
+    /// An exchange's outcome when its answer did not come (the store's own tries spent), asked of
+    /// the server until it says, for up to 30 s (both sides' records wait meanwhile): true,
+    /// swapped; false, not; nil, still unknown. Given up for lost, a swap that happened would
+    /// send each side's records to the other's name.
+    private func exchangeHappened(_ ns: Namespace, _ srcLoc: Location, _ dstLoc: Location, moving: UInt64) async -> Bool? {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while true {
+            if let there = try? await store.record(ns, dstLoc.path), there.inode == moving { return true }
+            if let here = try? await store.record(ns, srcLoc.path), here.inode == moving { return false }
+            guard ContinuousClock.now < deadline else {
+                logger.error("\(srcLoc) ⇄ \(dstLoc): whether the server swapped them is unknown (it does not answer); taken as not swapped")
+                return nil
+            }
+            try? await Task.sleep(for: .seconds(1))
+        }
     }
 
     /// An exchange, as this mount's tree shows it (the caller holds the state lock).
