@@ -307,6 +307,37 @@ struct JournalTests {
         #expect(rows.first?.params.mode == 0o600)
     }
 
+    /// A folder's move carries all its queued records in one commit (one fsync, not one each; a
+    /// crash between two left the folder's records split between its old and new paths).
+    @Test("a move's records change paths in one commit, each keeping the rest of its row")
+    func relocateInOneCommit() async throws {
+        let (dir, path) = Self.tempPath()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ns = try Namespace("moved")
+        func at(_ p: String) throws -> Location { Location(namespace: ns, path: try StoragePath(p)) }
+        let store = InMemoryObjectStore(namespaces: [ns])
+        var ids: [Int64] = []
+        do {
+            let journal = try UploadJournal(path: path)
+            let queue = try UploadQueue(journal: journal, store: store, parallelism: 1, chunkSize: 1 << 20, logger: Logger(label: "t"))
+            for i in 0..<20 {
+                ids.append(try queue.enqueueHeld(location: try at("d/f\(i)"), cacheFile: dir + "/X\(i)", size: Int64(i), params: UploadParams(),
+                    contentType: nil, tags: nil, content: Data(repeating: 1, count: i)))
+            }
+            _ = await queue.recovered  // the queue has taken them in
+            try journal.makeDurable()  // the close log's rows in SQLite (else a commit of its own may come in between)
+            try await Task.sleep(for: .milliseconds(200))
+            let commits = journal.commits
+            await queue.relocate(try ids.map { ($0, try at("e/f\($0 - ids[0])")) })
+            #expect(journal.commits == commits + 1)
+            #expect(await queue.records(under: try at("e")).count == 20)
+            #expect(await queue.records(under: try at("d")).isEmpty)
+        }
+        let rows = try UploadJournal(path: path).all().sorted { $0.id < $1.id }
+        #expect(rows.map(\.location.path.string) == (0..<20).map { "e/f\($0)" })
+        #expect(rows.map(\.size) == (0..<20).map { Int64($0) })
+    }
+
     // MARK: - The close log
 
     /// A power cut, as the files show it after: SQLite's two files as they were at the last sync

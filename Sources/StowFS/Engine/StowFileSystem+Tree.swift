@@ -377,7 +377,7 @@ extension StowFileSystem {
             // (not those made under a new folder of the old name since).
             let moving = await carried(mark, from: srcLoc)
             unmarkMove(mark)
-            for r in moving { _ = await queue.retarget(r.id, to: r.location.rebased(from: srcLoc, to: dstLoc)) }
+            await queue.relocate(moving.map { ($0.id, $0.location.rebased(from: srcLoc, to: dstLoc)) })
         }
         if folder { await endMove(srcLoc) }
         urls.forget(under: srcLoc)
@@ -588,8 +588,8 @@ extension StowFileSystem {
         // Both lists taken before either moves: moved first, one side's would be taken for the other's.
         let fromSrc = await carried(mark!, from: srcLoc), fromDst = await carried(mark!, from: dstLoc)
         unmarkMove(mark!)
-        for r in fromSrc { _ = await queue.retarget(r.id, to: r.location.rebased(from: srcLoc, to: dstLoc)) }
-        for r in fromDst { _ = await queue.retarget(r.id, to: r.location.rebased(from: dstLoc, to: srcLoc)) }
+        await queue.relocate(
+            fromSrc.map { ($0.id, $0.location.rebased(from: srcLoc, to: dstLoc)) } + fromDst.map { ($0.id, $0.location.rebased(from: dstLoc, to: srcLoc)) })
     }
 
     /// An exchange's outcome when its answer did not come (the store's own tries spent), asked of

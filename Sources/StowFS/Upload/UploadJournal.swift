@@ -243,6 +243,7 @@ public final class UploadJournal: Sendable {
                 out = try body(db, ids)
                 return .commit
             }
+            committed.add(1, ordering: .relaxed)
             // Committed: they leave the list now, before the next transaction (on this serial
             // queue) can take them again — one that finished them meanwhile would bring them back.
             // A transaction undone leaves them pending.
@@ -481,6 +482,9 @@ public final class UploadJournal: Sendable {
 
     /// How many commits so far carried the writes of more than one caller.
     public var sharedCommits: Int { group.shared + logGroup.shared }
+    /// Transactions committed so far (tests: what one operation costs).
+    public var commits: Int { committed.load(ordering: .relaxed) }
+    private let committed = Atomic<Int>(0)
 
     // MARK: - Records made durable by the close log
 
@@ -694,6 +698,20 @@ public final class UploadJournal: Sendable {
         try transaction(synced: true) { db, _ in
             try db.cachedStatement(sql: "UPDATE uploads SET namespace = ?, path = ?, session = NULL WHERE id = ?")
                 .execute(arguments: [ns.name, location.path.string, id])
+        }
+    }
+
+    /// `retarget` of many records in one commit (a folder's move carries all its queued records:
+    /// a commit each was an fsync each, and a crash between two left the folder's records split
+    /// between its old and new paths).
+    public func retarget(_ moves: [(id: Int64, location: Location)]) throws {
+        guard !moves.isEmpty else { return }
+        try transaction(synced: true) { db, _ in
+            let statement = try db.cachedStatement(sql: "UPDATE uploads SET namespace = ?, path = ?, session = NULL WHERE id = ?")
+            for (id, location) in moves {
+                guard let ns = location.namespace else { continue }
+                try statement.execute(arguments: [ns.name, location.path.string, id])
+            }
         }
     }
 

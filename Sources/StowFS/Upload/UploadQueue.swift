@@ -580,6 +580,30 @@ public actor UploadQueue {
         return .cancelled
     }
 
+    /// Moves records to new paths in one journal commit: a move's records, held back under its
+    /// pause (one running, which a move stopped before, goes the way of `retarget`). Sessions are
+    /// dropped, as `retarget` drops them.
+    public func relocate(_ moves: [(id: Int64, location: Location)]) async {
+        var quiet: [(id: Int64, location: Location)] = []
+        for (id, location) in moves {
+            if running[id] != nil {
+                _ = await retarget(id, to: location)
+                continue
+            }
+            guard let r = records[id] else { continue }
+            abandon(r.session)
+            records[id]?.session = nil
+            records[id]?.location = location
+            quiet.append((id, location))
+        }
+        do {
+            try journal.retarget(quiet)
+        } catch {
+            logger.error("\(quiet.count) uploads moved to new paths could not be journaled (a mount after a crash sends them to their old ones): \(error)")
+        }
+        wake.signal()
+    }
+
     /// Stops the uploads running at or under `locations` where they are (a move begins there:
     /// one landing after the server's rename or swap would land at the old path), their sessions
     /// dropped, as `retarget` to their own paths would — with the path each has once stopped,
