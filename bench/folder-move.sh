@@ -20,10 +20,11 @@ while [ $# -gt 0 ]; do
 done
 command -v strace >/dev/null || { echo "strace is needed (apt-get install -y strace)" >&2; exit 1; }
 w="$(mktemp -d /var/tmp/stow-folder-move-XXXXXX)"; mkdir -p "$w/mnt" "$w/data"
-sp=""; mp=""
+sp=""; mp=""; st=""
 cleanup() {
+    [ -n "$st" ] && { kill "$st" 2>/dev/null || true; wait "$st" 2>/dev/null || true; }
     if mountpoint -q "$w/mnt"; then "$bin/stowfs" unmount "$w/mnt" >/dev/null 2>&1 || umount -l "$w/mnt" || true; fi
-    [ -n "$mp" ] && { wait "$mp" 2>/dev/null || true; }
+    [ -n "$mp" ] && { kill "$mp" 2>/dev/null || true; wait "$mp" 2>/dev/null || true; }
     [ -n "$sp" ] && { kill "$sp" 2>/dev/null || true; wait "$sp" 2>/dev/null || true; }
     mountpoint -q "$w/mnt" || rm -rf "$w"
 }
@@ -41,7 +42,7 @@ for i in $(seq "$files"); do echo "$i" > "$w/mnt/d/f$i"; done
 strace -f -c -e trace=fsync,fdatasync -p "$mp" -o "$w/strace.out" 2>/dev/null & st=$!
 sleep 0.5
 s=$(date +%s%N); mv "$w/mnt/d" "$w/mnt/e"; e=$(date +%s%N)
-sleep 0.2; kill -INT "$st"; wait "$st" 2>/dev/null || true
+sleep 0.2; kill -INT "$st"; wait "$st" 2>/dev/null || true; st=""
 syncs=$(awk '$NF ~ /^(fsync|fdatasync)$/ { n += $4 } END { print n + 0 }' "$w/strace.out")
 echo "mv of a folder holding $files files whose uploads wait: $(( (e - s) / 1000000 )) ms, $syncs fsync/fdatasync calls by the mount"
 "$bin/stowfs" resume "$w/mnt" >/dev/null

@@ -416,26 +416,49 @@ public final class HTTPObjectStore: ObjectStore {
     /// way), it would swap back, and the caller, told it succeeded, would send each side's later
     /// content to the other's name. So it names the server inodes it saw at both names
     /// (`if_from_inode`, `if_to_inode`), and the server swaps only if they are still there: of
-    /// any number sent, one swaps and the others are refused (412). Refused, or with no answer
-    /// after the last try, the server is asked: the record that stood at `from` found at `to` is
-    /// the answer.
+    /// any number sent, one swaps and the others are refused (412). It is still sent again only
+    /// once the server is seen not to have swapped (a stowd from before the condition ignores
+    /// it): the record that stood at `from` found at `to` is the answer; refused, or unknown in
+    /// the end, the error says which (`unavailable` when the outcome is unknown).
     private func exchange(_ ns: Namespace, from: StoragePath, to: StoragePath) async throws -> FileRecord {
         let moving = try await record(ns, from).inode
         let staying = try await record(ns, to).inode
         let body = Self.json(RenameRequest(from: from.string, to: to.string, exchange: true, ifFromInode: moving, ifToInode: staying))
-        func swapped() async -> FileRecord? {
-            guard let there = try? await record(ns, to), there.inode == moving else { return nil }
-            return there
+        enum Outcome { case swapped(FileRecord), notSwapped, unknown }
+        /// The record at `to` is the one that stood at `from`: swapped, and that is the answer.
+        func outcome() async -> Outcome {
+            guard let there = try? await record(ns, to) else { return .unknown }
+            return there.inode == moving ? .swapped(there) : .notSwapped
         }
-        let answer: Answer
-        do {
-            answer = try await execute(makeRequest(.POST, url(Routes.rename(ns)), body: body))
-        } catch let error as StorageError where error.isTransient {
-            if let done = await swapped() { return done }
-            throw error
+        let policy = configuration.retry
+        var attempt = 1
+        while true {
+            let failure: StorageError
+            do {
+                let answer = try await execute(makeRequest(.POST, url(Routes.rename(ns)), body: body), idempotent: false)
+                guard answer.status == 412 else { return try decode(FileRecord.self, answer) }
+                switch await outcome() {
+                case .swapped(let done): return done
+                case .notSwapped: throw error(for: answer)
+                case .unknown: throw StorageError(.unavailable, "whether `\(from)` and `\(to)` were exchanged is unknown: the server does not answer")
+                }
+            } catch let e as StorageError where e.isTransient {
+                failure = e
+            }
+            // No answer: sent again (after the policy's pause, within its tries) only once the
+            // server is seen not to have swapped; the last try's outcome asked too.
+            while true {
+                guard attempt < policy.attempts else {
+                    if case .swapped(let done) = await outcome() { return done }
+                    throw failure
+                }
+                try await policy.sleep(policy.delay(after: attempt))
+                attempt += 1
+                let now = await outcome()
+                if case .swapped(let done) = now { return done }
+                if case .notSwapped = now { break }
+            }
         }
-        if answer.status == 412, let done = await swapped() { return done }
-        return try decode(FileRecord.self, answer)
     }
 
     public func makeNode(_ ns: Namespace, _ path: StoragePath, _ request: NodeRequest) async throws -> FileRecord {

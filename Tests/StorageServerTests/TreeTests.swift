@@ -517,6 +517,11 @@ struct TreeTests {
             let again = try await s.raw.json("POST", route, RenameRequest(from: "a", to: "b", exchange: true, ifFromInode: a.inode, ifToInode: b.inode))
             #expect(again.status == 412)
             #expect(try await s.admin.get("a") == Array("B".utf8))
+            // A name gone is a 404 on both backends, as without the condition.
+            let gone = try await s.raw.json("POST", route, RenameRequest(from: "a", to: "nothing", exchange: true, ifFromInode: b.inode, ifToInode: a.inode))
+            #expect(gone.status == 404)
+            let goneFrom = try await s.raw.json("POST", route, RenameRequest(from: "nothing", to: "a", exchange: true, ifFromInode: a.inode, ifToInode: b.inode))
+            #expect(goneFrom.status == 404)
         }
     }
 }

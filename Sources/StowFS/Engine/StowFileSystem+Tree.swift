@@ -565,12 +565,13 @@ extension StowFileSystem {
         }
         // One running is stopped where it is (to its own path): it must not land after the swap.
         await queue.stopRunning(under: [srcLoc, dstLoc])
-        // Where `from`'s server inode is says whether an exchange whose answer did not come swapped.
-        let moving = try? await store.record(ns, srcLoc.path).inode
+        // Where `from`'s server inode is says whether an exchange whose answer did not come swapped
+        // (not known, nothing is sent).
+        let moving = try await remote { try await store.record(ns, srcLoc.path).inode }
         do {
             _ = try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: false, exchange: true)
         } catch let error as StorageError where error.isTransient {
-            guard let moving, await exchangeHappened(ns, srcLoc, dstLoc, moving: moving) == true else { throw FSError.from(error) }
+            guard await exchangeHappened(ns, srcLoc, dstLoc, moving: moving) else { throw FSError.from(error) }
             logger.warning("\(srcLoc) ⇄ \(dstLoc): the server swapped them, though its answer did not come")
         } catch {
             throw FSError.from(error)
@@ -592,18 +593,19 @@ extension StowFileSystem {
             fromSrc.map { ($0.id, $0.location.rebased(from: srcLoc, to: dstLoc)) } + fromDst.map { ($0.id, $0.location.rebased(from: dstLoc, to: srcLoc)) })
     }
 
-    /// An exchange's outcome when its answer did not come (the store's own tries spent), asked of
-    /// the server until it says, for up to 30 s (both sides' records wait meanwhile): true,
-    /// swapped; false, not; nil, still unknown. Given up for lost, a swap that happened would
-    /// send each side's records to the other's name.
-    private func exchangeHappened(_ ns: Namespace, _ srcLoc: Location, _ dstLoc: Location, moving: UInt64) async -> Bool? {
+    /// An exchange's outcome when its answer did not come (the store's own tries spent): whether
+    /// the server swapped, asked of it for 30 s (both sides' records wait meanwhile). Not swapped
+    /// yet is not an answer: the request may still be under way on the server (a balancer gave up
+    /// on it), so only a swap seen ends the wait early. Given up for lost, a swap that happened
+    /// would send each side's records to the other's name. (Each question has the store's own
+    /// retries and timeout: against a server that does not answer at all, it takes longer.)
+    private func exchangeHappened(_ ns: Namespace, _ srcLoc: Location, _ dstLoc: Location, moving: UInt64) async -> Bool {
         let deadline = ContinuousClock.now + .seconds(30)
         while true {
             if let there = try? await store.record(ns, dstLoc.path), there.inode == moving { return true }
-            if let here = try? await store.record(ns, srcLoc.path), here.inode == moving { return false }
             guard ContinuousClock.now < deadline else {
-                logger.error("\(srcLoc) ⇄ \(dstLoc): whether the server swapped them is unknown (it does not answer); taken as not swapped")
-                return nil
+                logger.error("\(srcLoc) ⇄ \(dstLoc): the server did not show them swapped within 30 s; taken as not swapped")
+                return false
             }
             try? await Task.sleep(for: .seconds(1))
         }

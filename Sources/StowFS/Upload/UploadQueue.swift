@@ -596,6 +596,9 @@ public actor UploadQueue {
             records[id]?.location = location
             quiet.append((id, location))
         }
+        // Each with the path it has now: one moved again while a running one was stopped above
+        // keeps that.
+        quiet = quiet.compactMap { m in records[m.id].map { (m.id, $0.location) } }
         do {
             try journal.retarget(quiet)
         } catch {

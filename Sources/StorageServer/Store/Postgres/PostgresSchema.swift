@@ -1247,6 +1247,9 @@ enum PostgresSchema {
                 from_parent := stow_resolve_folder(r, p_from[1:nf-1]);
                 to_parent := stow_resolve_folder(r, p_to[1:nt-1]);
                 PERFORM stow_lock(ARRAY[from_parent, to_parent, stow_lookup(from_parent, p_from[nf]), stow_lookup(to_parent, p_to[nt])]);
+                -- A name gone is a 404, as `stow_rename` (and SQLite) say it, not a 412.
+                IF stow_lookup(from_parent, p_from[nf]) IS NULL THEN PERFORM stow_fail('SN002', 'not found', stow_join(p_from, nf)); END IF;
+                IF stow_lookup(to_parent, p_to[nt]) IS NULL THEN PERFORM stow_fail('SN002', 'not found', stow_join(p_to, nt)); END IF;
                 IF stow_lookup(from_parent, p_from[nf]) IS DISTINCT FROM p_from_ino
                    OR stow_lookup(to_parent, p_to[nt]) IS DISTINCT FROM p_to_ino THEN
                     PERFORM stow_fail('SN008', format('`%s` and `%s` are not the files the exchange expected',
