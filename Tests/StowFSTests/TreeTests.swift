@@ -109,7 +109,9 @@ struct EngineTreeTests {
     @Test("lookups in a folder just made, or listed, need no request; a stale listing answers while the server is away")
     func lookupsFromListings() async throws {
         let counting = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))
-        try await withEngine(store: counting, configure: { $0.attributeTTL = .milliseconds(300) }) { h in
+        // Two seconds: the 40 calls below must fit in the listing's lifetime on a loaded machine (at
+        // 300 ms, a CI machine busy building elsewhere let it expire, and one more listing was asked).
+        try await withEngine(store: counting, configure: { $0.attributeTTL = .seconds(2) }) { h in
             try await h.mkdir("new")
             let before = counting.calls(of: .record) + counting.calls(of: .list)
             let dir = try await h.resolve("new")
@@ -118,7 +120,7 @@ struct EngineTreeTests {
             #expect(counting.calls(of: .record) + counting.calls(of: .list) - before <= 1)
             await h.fs.sync()
             // The listing is stale and the server unreachable: what we knew still answers.
-            try await Task.sleep(for: .milliseconds(400))
+            try await Task.sleep(for: .milliseconds(2200))
             counting.isOffline = true
             #expect(try await h.fs.lookup(parent: dir, name: "f3").attributes.size == 1)
             await expectFS(.notFound) { _ = try await h.fs.lookup(parent: dir, name: "other") }
