@@ -42,6 +42,9 @@ public struct MountConfiguration: Sendable {
     public var streamChunkSize: Int64 = 16 << 20
     /// How long a close waits for a stream to finish before it goes the usual way.
     public var streamFinishTimeout: Duration = .seconds(60)
+    /// An exchange whose answer did not come: how long the server is asked whether it swapped
+    /// (both sides' uploads wait meanwhile) before it is taken as not made.
+    public var exchangeOutcomeWait: Duration = .seconds(30)
     /// Defaults for inodes that carry no owner or mode.
     public var defaultUID: UInt32 = 0
     public var defaultGID: UInt32 = 0

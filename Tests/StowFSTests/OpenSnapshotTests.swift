@@ -384,6 +384,35 @@ struct OpenSnapshotTests {
         }
     }
 
+    /// An exchange that never reached the server, with no answer either (a store that is away):
+    /// the mount asks whether it swapped for the time it allows, sees no swap, and takes it as not
+    /// made — the names here unswapped, each file's later upload at its own name.
+    @Test("an exchange with no answer that the server did not make: after the wait, an error, and nothing crosses over")
+    func exchangeNotMadeInEngine() async throws {
+        let base = InMemoryObjectStore(namespaces: [ns])
+        _ = try await base.upload(.bytes(ByteBuffer(string: "A0")), size: 2, to: ns, try StoragePath("a"))
+        _ = try await base.upload(.bytes(ByteBuffer(string: "B0")), size: 2, to: ns, try StoragePath("b"))
+        let store = FaultInjectingObjectStore(wrapping: base)
+        try await withEngine(store: store, configure: { $0.attributeTTL = .seconds(120); $0.exchangeOutcomeWait = .milliseconds(400) }) { h in
+            let fs = h.fs
+            let ino = try await h.resolve("a")
+            _ = try await h.resolve("b")
+            store.failNext(1, of: .rename)
+            let started = ContinuousClock.now
+            await #expect(throws: FSError.self) { try await fs.rename(parent: .root, name: "a", newParent: .root, newName: "b", exchange: true) }
+            #expect(ContinuousClock.now - started >= .milliseconds(400), "it did not wait for the server to say")
+            #expect(try await h.resolve("a") == ino, "the names here were swapped")
+            let handle = try await fs.open(ino, write: true, truncate: true).handle
+            _ = try fs.write(ino, handle: handle, offset: 0, bytes: Array("A1".utf8))
+            try fs.flushHere(ino, handle: handle)
+            await fs.release(ino, handle: handle)
+            let failures = await fs.sync()
+            #expect(failures.isEmpty)
+            #expect(try await h.stored("a") == "A1")
+            #expect(try await h.stored("b") == "B0", "the other file was written over")
+        }
+    }
+
     /// A folder `d` made again, and a file written in it, in the moment after `mv d e` changed
     /// the names here: the new file's record names `d/` as those made before the rename did.
     /// Moved by its path with them, it landed in `e/`, and `d/` lost it. (Through the kernel, the

@@ -594,20 +594,22 @@ extension StowFileSystem {
     }
 
     /// An exchange's outcome when its answer did not come (the store's own tries spent): whether
-    /// the server swapped, asked of it for 30 s (both sides' records wait meanwhile). Not swapped
+    /// the server swapped, asked of it for `exchangeOutcomeWait` (30 s; both sides' records wait
+    /// meanwhile). Not swapped
     /// yet is not an answer: the request may still be under way on the server (a balancer gave up
     /// on it), so only a swap seen ends the wait early. Given up for lost, a swap that happened
     /// would send each side's records to the other's name. (Each question has the store's own
     /// retries and timeout: against a server that does not answer at all, it takes longer.)
     private func exchangeHappened(_ ns: Namespace, _ srcLoc: Location, _ dstLoc: Location, moving: UInt64) async -> Bool {
-        let deadline = ContinuousClock.now + .seconds(30)
+        let wait = configuration.exchangeOutcomeWait
+        let deadline = ContinuousClock.now + wait
         while true {
             if let there = try? await store.record(ns, dstLoc.path), there.inode == moving { return true }
             guard ContinuousClock.now < deadline else {
-                logger.error("\(srcLoc) ⇄ \(dstLoc): the server did not show them swapped within 30 s; taken as not swapped")
+                logger.error("\(srcLoc) ⇄ \(dstLoc): the server did not show them swapped within \(wait); taken as not swapped")
                 return false
             }
-            try? await Task.sleep(for: .seconds(1))
+            try? await Task.sleep(for: min(.seconds(1), wait / 4))
         }
     }
 
