@@ -452,11 +452,7 @@ struct TreeTests {
         try await withServer { s in
             let proxy = try AnswerLosingProxy(target: s.url)
             defer { proxy.stop() }
-            let client = HTTPObjectStore(configuration: {
-                var c = HTTPObjectStore.Configuration(endpoint: proxy.url, token: TestServer.adminToken)
-                c.retry = RetryPolicy(attempts: 3, baseDelay: .milliseconds(20))
-                return c
-            }())
+            let client = proxyClient(proxy)
             proxy.loseAnswers(1, of: "PUT /service/application/assets/v1.0/namespaces/test/folders/lost")
             let made = await Result { try await client.makeFolder(testNamespace, path("lost"), FolderRequest(existOk: false)) }
             try? await client.shutdown()
@@ -478,11 +474,7 @@ struct TreeTests {
             let b = try await s.admin.put(Array("B".utf8), "y/b")
             let proxy = try AnswerLosingProxy(target: s.url)
             defer { proxy.stop() }
-            let client = HTTPObjectStore(configuration: {
-                var c = HTTPObjectStore.Configuration(endpoint: proxy.url, token: TestServer.adminToken)
-                c.retry = RetryPolicy(attempts: 3, baseDelay: .milliseconds(20))
-                return c
-            }())
+            let client = proxyClient(proxy)
             proxy.loseAnswers(1, of: "POST /service/application/assets/v1.0/namespaces/test/rename")
             let swapped = await Result { try await client.rename(testNamespace, from: path("x"), to: path("y"), replace: false, exchange: true) }
             try? await client.shutdown()
@@ -523,5 +515,12 @@ struct TreeTests {
             let goneFrom = try await s.raw.json("POST", route, RenameRequest(from: "nothing", to: "a", exchange: true, ifFromInode: a.inode, ifToInode: b.inode))
             #expect(goneFrom.status == 404)
         }
+    }
+
+    /// An admin client through `proxy`, trying each call 3 times, 20 ms apart.
+    private func proxyClient(_ proxy: AnswerLosingProxy) -> HTTPObjectStore {
+        var c = HTTPObjectStore.Configuration(endpoint: proxy.url, token: TestServer.adminToken)
+        c.retry = RetryPolicy(attempts: 3, baseDelay: .milliseconds(20))
+        return HTTPObjectStore(configuration: c)
     }
 }

@@ -39,6 +39,22 @@ private func twoFolders() async throws -> InMemoryObjectStore {
     return base
 }
 
+/// A store holding two files, `a` ("A0") and `b` ("B0").
+private func twoFiles() async throws -> InMemoryObjectStore {
+    let base = InMemoryObjectStore(namespaces: [ns])
+    _ = try await base.upload(.bytes(ByteBuffer(string: "A0")), size: 2, to: ns, try StoragePath("a"))
+    _ = try await base.upload(.bytes(ByteBuffer(string: "B0")), size: 2, to: ns, try StoragePath("b"))
+    return base
+}
+
+/// `echo -n text > file`: opened with O_TRUNC, written, closed.
+private func writeAndClose(_ fs: StowFileSystem, _ ino: InodeNumber, _ text: String) async throws {
+    let handle = try await fs.open(ino, write: true, truncate: true).handle
+    _ = try fs.write(ino, handle: handle, offset: 0, bytes: Array(text.utf8))
+    try fs.flushHere(ino, handle: handle)
+    await fs.release(ino, handle: handle)
+}
+
 /// Runs `body` once, in the moment after the next move changed the names here (before it looks
 /// for the records it carries); the answer says whether it ran.
 private final class OnceAfterMove: Sendable {
@@ -197,9 +213,7 @@ struct OpenSnapshotTests {
     /// to the old one, it wrote over the other file there (whose content was then lost).
     @Test("a close during an exchange of two files: the content lands under the file's new name, the other file is kept")
     func closeDuringExchange() async throws {
-        let base = InMemoryObjectStore(namespaces: [ns])
-        _ = try await base.upload(.bytes(ByteBuffer(string: "A0")), size: 2, to: ns, try StoragePath("a"))
-        _ = try await base.upload(.bytes(ByteBuffer(string: "B0")), size: 2, to: ns, try StoragePath("b"))
+        let base = try await twoFiles()
         let store = FaultInjectingObjectStore(wrapping: base)
         try await withEngine(store: store, configure: { $0.attributeTTL = .seconds(120) }) { h in
             defer { store.releaseHeldAnswers() }
@@ -229,9 +243,7 @@ struct OpenSnapshotTests {
     /// other file.
     @Test("a file streamed during an exchange: it lands under its new name, the other file is kept", .timeLimit(.minutes(1)))
     func streamDuringExchange() async throws {
-        let base = InMemoryObjectStore(namespaces: [ns])
-        _ = try await base.upload(.bytes(ByteBuffer(string: "A0")), size: 2, to: ns, try StoragePath("a"))
-        _ = try await base.upload(.bytes(ByteBuffer(string: "B0")), size: 2, to: ns, try StoragePath("b"))
+        let base = try await twoFiles()
         let store = FaultInjectingObjectStore(wrapping: base)
         let bytes = (0..<(200 << 10)).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 5) }
         try await withEngine(store: store, configure: streamingAt64KiB) { h in
@@ -361,9 +373,7 @@ struct OpenSnapshotTests {
     /// the other's name on the server — over the other file.
     @Test("an exchange the server made whose answer was lost: the swap is found and stands, and later writes land where they belong")
     func exchangeAnswerLostInEngine() async throws {
-        let base = InMemoryObjectStore(namespaces: [ns])
-        _ = try await base.upload(.bytes(ByteBuffer(string: "A0")), size: 2, to: ns, try StoragePath("a"))
-        _ = try await base.upload(.bytes(ByteBuffer(string: "B0")), size: 2, to: ns, try StoragePath("b"))
+        let base = try await twoFiles()
         let store = FaultInjectingObjectStore(wrapping: base)
         try await withEngine(store: store, configure: { $0.attributeTTL = .seconds(120) }) { h in
             let fs = h.fs
@@ -373,10 +383,7 @@ struct OpenSnapshotTests {
             try await fs.rename(parent: .root, name: "a", newParent: .root, newName: "b", exchange: true)
             #expect(try await h.resolve("b") == ino, "the names here were not swapped")
             // The file now named b, written and closed.
-            let handle = try await fs.open(ino, write: true, truncate: true).handle
-            _ = try fs.write(ino, handle: handle, offset: 0, bytes: Array("A1".utf8))
-            try fs.flushHere(ino, handle: handle)
-            await fs.release(ino, handle: handle)
+            try await writeAndClose(fs, ino, "A1")
             let failures = await fs.sync()
             #expect(failures.isEmpty)
             #expect(try await h.stored("b") == "A1")
@@ -389,9 +396,7 @@ struct OpenSnapshotTests {
     /// made — the names here unswapped, each file's later upload at its own name.
     @Test("an exchange with no answer that the server did not make: after the wait, an error, and nothing crosses over")
     func exchangeNotMadeInEngine() async throws {
-        let base = InMemoryObjectStore(namespaces: [ns])
-        _ = try await base.upload(.bytes(ByteBuffer(string: "A0")), size: 2, to: ns, try StoragePath("a"))
-        _ = try await base.upload(.bytes(ByteBuffer(string: "B0")), size: 2, to: ns, try StoragePath("b"))
+        let base = try await twoFiles()
         let store = FaultInjectingObjectStore(wrapping: base)
         try await withEngine(store: store, configure: { $0.attributeTTL = .seconds(120); $0.exchangeOutcomeWait = .milliseconds(400) }) { h in
             let fs = h.fs
@@ -402,10 +407,7 @@ struct OpenSnapshotTests {
             await #expect(throws: FSError.self) { try await fs.rename(parent: .root, name: "a", newParent: .root, newName: "b", exchange: true) }
             #expect(ContinuousClock.now - started >= .milliseconds(400), "it did not wait for the server to say")
             #expect(try await h.resolve("a") == ino, "the names here were swapped")
-            let handle = try await fs.open(ino, write: true, truncate: true).handle
-            _ = try fs.write(ino, handle: handle, offset: 0, bytes: Array("A1".utf8))
-            try fs.flushHere(ino, handle: handle)
-            await fs.release(ino, handle: handle)
+            try await writeAndClose(fs, ino, "A1")
             let failures = await fs.sync()
             #expect(failures.isEmpty)
             #expect(try await h.stored("a") == "A1")
