@@ -44,7 +44,15 @@ had_state=0; [ -e /var/lib/stowd ] && had_state=1
 failures=0
 check() {  # check "what" command...: runs the command, prints ok or FAIL
     local what="$1"; shift
-    if "$@" >"$work/check.log" 2>&1; then echo "  ok    $what"; else echo "  FAIL  $what (see below)"; failures=$((failures + 1)); tail -20 "$work/check.log" | sed 's/^/        /'; fi
+    if "$@" >"$work/check.log" 2>&1; then echo "  ok    $what"; else echo "  FAIL  $what (see below)"; failures=$((failures + 1)); tail -20 "$work/check.log" | sed 's/^/        /'; unit_logs; fi
+}
+unit_logs() {  # what the units printed (this systemd runs no journald): after a failed check
+    local f
+    for f in "$work"/unit-*.log; do
+        [ -s "$f" ] || continue
+        echo "        -- the last lines of $(basename "$f" .log):"
+        tail -40 "$f" | sed 's/^/        /'
+    done
 }
 in_sd() { nsenter -t "$sd_pid" -m -p "$@"; }
 server_files() {  # "name size" of each file of the namespace demo, sorted
@@ -111,8 +119,8 @@ cat > "$work/boot.sh" <<EOF
 mount -t tmpfs tmpfs /run
 mkdir -p /run/systemd/system/stowd.service.d /run/systemd/system/stowfs@.service.d
 cp $work/units/stowtest.target /run/systemd/system/
-printf '[Unit]\nDefaultDependencies=no\n' > /run/systemd/system/stowd.service.d/test.conf
-printf '[Unit]\nDefaultDependencies=no\n' > /run/systemd/system/stowfs@.service.d/test.conf
+printf '[Unit]\nDefaultDependencies=no\n[Service]\nStandardOutput=append:$work/unit-stowd.log\nStandardError=inherit\n' > /run/systemd/system/stowd.service.d/test.conf
+printf '[Unit]\nDefaultDependencies=no\n[Service]\nStandardOutput=append:$work/unit-stowfs@%%i.log\nStandardError=inherit\n' > /run/systemd/system/stowfs@.service.d/test.conf
 exec env container=stowtest /lib/systemd/systemd --system --unit=stowtest.target
 EOF
 chmod +x "$work/boot.sh"
@@ -158,7 +166,7 @@ echo "  $(in_sd systemctl show -p StatusText --value stowfs@demo.service)"
 check "the unit's mount shows the files" in_sd bash -c "cmp /mnt/stowfs/demo/big '$work/big' && [ \"\$(cat /mnt/stowfs/demo/hello.txt)\" = hello ] && [ \"\$(getfattr --only-values -n user.tags /mnt/stowfs/demo/hello.txt)\" = pkg ]"
 check "a file written there" in_sd bash -c "echo from-unit > /mnt/stowfs/demo/unit.txt"
 check "systemctl stop stowfs@demo stores it and unmounts" in_sd bash -c "systemctl stop stowfs@demo.service && ! mountpoint -q /mnt/stowfs/demo"
-check "the server has it" bash -c "server_files | grep -qx 'unit.txt 10'"
+check "the server has it" bash -c "got=\$(server_files); echo \"listing: \$got\"; echo \"\$got\" | grep -qx 'unit.txt 10'"
 check "systemctl stop stowd.service" in_sd systemctl stop stowd.service
 in_sd systemctl poweroff >/dev/null 2>&1 || true
 for _ in $(seq 1 300); do kill -0 "$sd_pid" 2>/dev/null || break; sleep 0.1; done
@@ -173,5 +181,6 @@ check "dpkg -r stowfs" dpkg -r stowfs
 check "only the configuration files are left" bash -c "left=\$(while read -r f; do [ -e \"\$f\" ] || [ -L \"\$f\" ] && echo \"\$f\"; done < '$work/files' | grep -vxFf '$work/conffiles'); [ -z \"\$left\" ] || { echo \"left: \$left\"; exit 1; }"
 check "dpkg --purge stowfs removes those too" bash -c "dpkg --purge stowfs && for f in \$(cat '$work/conffiles'); do [ ! -e \"\$f\" ] || { echo \"left: \$f\"; exit 1; }; done && ! dpkg-query -W stowfs"
 
+[ "${TEST_DEB_LOGS:-0}" = 1 ] && { echo "== what the units printed (TEST_DEB_LOGS=1)"; unit_logs; }
 if [ "$failures" -gt 0 ]; then echo "== test-deb: $failures checks failed"; exit 1; fi
 echo "== test-deb: all checks passed"

@@ -121,6 +121,37 @@ struct OpenSnapshotTests {
         #expect([local, stored] == [want, want])
     }
 
+    /// `stowfs sync` (and an unmount, which syncs) while a release is under way: the release has
+    /// taken the file's content (clean from then on) and not yet turned the close's held record
+    /// into a queued one, and the wait passes held records over. Sync returned at once with the
+    /// file not stored: `systemctl stop` of a mount's unit just after a file was written there
+    /// unmounted with it still queued (CI's package test, once).
+    @Test("a sync during a release waits for the file released")
+    func syncDuringRelease() async throws {
+        try await withEngine { h in
+            let fs = h.fs
+            let (entry, opened) = try fs.create(parent: .root, name: "f", mode: 0o644, caller: .root)
+            _ = try fs.write(entry.ino, handle: opened.handle, offset: 0, bytes: Array("closed".utf8))
+            try fs.flushHere(entry.ino, handle: opened.handle)
+            let syncing = Mutex<Task<String?, Never>?>(nil)
+            fs.afterTake.withLock {
+                $0 = { @Sendable in
+                    guard syncing.withLock({ $0 == nil }) else { return }
+                    // What the server has the moment sync returns.
+                    let task = Task { () -> String? in
+                        _ = await fs.sync()
+                        return try? await h.stored("f")
+                    }
+                    syncing.withLock { $0 = task }
+                    try? await Task.sleep(for: .milliseconds(200))
+                }
+            }
+            await fs.release(entry.ino, handle: opened.handle)
+            let task = try #require(syncing.withLock { $0 }, "the release never took the content")
+            #expect(await task.value == "closed", "sync returned before the file released was stored")
+        }
+    }
+
     /// A stored file open for writing is renamed; another descriptor's close comes while the server
     /// renames (its answer held). The close's content belongs to the new name.
     @Test("a close during the rename of its file: the content lands under the new name, the old one does not come back")

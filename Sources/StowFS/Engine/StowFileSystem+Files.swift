@@ -1071,6 +1071,7 @@ extension StowFileSystem {
             return take(&s, ino, e, local, snapshot: local.file, held: held, durable: durable, location: location)
         }
         guard let t = plan ?? nil else { return nil }
+        if let hook = afterTake.withLock({ $0 }) { await hook() }
         if !t.durable {
             do {
                 try t.snapshot.sync()

@@ -57,7 +57,11 @@ extension StowFileSystem {
     /// - Returns: the uploads refused (kept in the queue, listed by `status`); empty when all is stored.
     @discardableResult
     public func sync(progress: (@Sendable (QueueStatus) -> Void)? = nil) async -> [UploadQueue.Failure] {
-        let dirty: [InodeNumber] = state.withLock { s in s.inodes.values.filter { $0.local?.dirty == true && !$0.unlinked }.map(\.ino) }
+        // A release under way has taken its file's content (clean now) and not yet turned the
+        // close's held record into a queued one, which the wait below passes over: it waits for them.
+        let (dirty, takes) = state.withLock { s in
+            (s.inodes.values.filter { $0.local?.dirty == true && !$0.unlinked }.map(\.ino), Set(s.takes.keys))
+        }
         var unrecorded: [UploadQueue.Failure] = []
         for ino in dirty {
             do throws(FSError) {
@@ -67,6 +71,7 @@ extension StowFileSystem {
                 unrecorded.append(UploadQueue.Failure(id: 0, path: path, reason: error.description))
             }
         }
+        await waitForTakes(takes)
         let upTo = await queue.lastID
         let failures: [UploadQueue.Failure]
         if let progress {
@@ -83,6 +88,16 @@ extension StowFileSystem {
             failures = await queue.waitUntilDone(upTo: upTo)
         }
         return unrecorded + failures
+    }
+
+    /// Returns once none of these takes (`State.takes`) is still on its way to the journal (each
+    /// is recorded or given back at once after an fsync of its copy at most).
+    func waitForTakes(_ takes: Set<Int64>) async {
+        var pause = Duration.milliseconds(1)
+        while state.withLock({ s in takes.contains { s.takes[$0] != nil } }) {
+            try? await Task.sleep(for: pause)
+            pause = min(pause * 2, .milliseconds(20))
+        }
     }
 
     /// `stowfs retry`: failed uploads at or under these paths of the mount (all, for none) go again now.

@@ -53,6 +53,8 @@ public final class StowFileSystem: Sendable {
     /// Tests: runs once a move's names have changed here, before it looks for the records it
     /// carries (what happens in that moment, made to happen).
     let afterMovedHere = Mutex<(@Sendable () async -> Void)?>(nil)
+    /// Tests: runs once a release has taken a file's content, before its record is written.
+    let afterTake = Mutex<(@Sendable () async -> Void)?>(nil)
     /// Empty local copies for the next files written here: made ahead, or emptied after upload.
     let cacheFiles: CacheFilePool
     let streamSupport = StreamSupport()
