@@ -7,7 +7,7 @@ import Glibc
 /// An HTTP proxy in front of a server that passes requests on, and for chosen ones throws the
 /// server's answer away and answers 503 instead: a request that was carried out, whose answer
 /// was lost (the server died answering, a balancer gave up on it). One thread per connection,
-/// one request per connection (it closes after each answer). `stop()` closes it.
+/// one request per connection (it closes after each answer, and says so). `stop()` closes it.
 final class AnswerLosingProxy: @unchecked Sendable {
     // @unchecked: the listening socket is set once in init; the rules are in a Mutex.
     let port: Int
@@ -75,8 +75,16 @@ final class AnswerLosingProxy: @unchecked Sendable {
             lost.add(1, ordering: .relaxed)
             _ = Self.sendAll(client, Array("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".utf8))
         } else {
-            _ = Self.sendAll(client, answer)
+            _ = Self.sendAll(client, Self.closing(answer))
         }
+    }
+
+    /// The answer, saying that the connection closes after it (it does): else the client keeps it
+    /// for its next request, which then fails on a closed channel under load (a stale connection,
+    /// not the lost answer a test means).
+    static func closing(_ answer: [UInt8]) -> [UInt8] {
+        guard let lineEnd = find([13, 10], in: answer) else { return answer }
+        return Array(answer[..<(lineEnd + 2)]) + Array("Connection: close\r\n".utf8) + Array(answer[(lineEnd + 2)...])
     }
 
     static func sendAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {

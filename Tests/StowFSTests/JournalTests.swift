@@ -338,6 +338,40 @@ struct JournalTests {
         #expect(rows.map(\.size) == (0..<20).map { Int64($0) })
     }
 
+    /// A move's record whose upload is running when the move relocates it. A move stops the
+    /// uploads under it before the server's rename (`stopRunning`), so this is relocate's own guard:
+    /// the upload is stopped where it is, and lands at the new path only.
+    @Test("a record running when a move relocates it is stopped, and lands at the new path only")
+    func relocateRunning() async throws {
+        let (dir, path) = Self.tempPath()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ns = try Namespace("moved")
+        func at(_ p: String) throws -> Location { Location(namespace: ns, path: try StoragePath(p)) }
+        let base = InMemoryObjectStore(namespaces: [ns])
+        let store = FaultInjectingObjectStore(wrapping: base)
+        // Every call waits 400 ms first: the upload is running, and has reached nothing, when moved.
+        store.setLatency(.milliseconds(400))
+        let content = Data("moved while running".utf8)
+        _ = FileManager.default.createFile(atPath: dir + "/X", contents: content)
+        // Chunks of 8 bytes: the file goes on its own, not in a request of small files (a batch,
+        // once sent, is let finish: the server may store any of it at any moment).
+        let queue = try UploadQueue(journal: try UploadJournal(path: path), store: store, parallelism: 1, chunkSize: 8, logger: Logger(label: "t"))
+        let id = try await queue.enqueue(
+            location: try at("d/f"), cacheFile: dir + "/X", size: Int64(content.count), params: UploadParams(), contentType: nil, tags: nil)
+        await queue.start()
+        let deadline = ContinuousClock.now + .seconds(5)
+        while await !queue.isRunning(id), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(1)) }
+        try #require(await queue.isRunning(id), "the upload never started")
+        await queue.relocate([(id, try at("e/f"))])
+        #expect(await queue.records(under: try at("e")).map(\.id) == [id])
+        store.setLatency(.zero)
+        #expect(await queue.waitUntilDone([id]).isEmpty)
+        await queue.stop()
+        #expect(try await base.record(ns, try StoragePath("e/f")).size == Int64(content.count))
+        await #expect(throws: StorageError.self, "the upload landed at the old path") { _ = try await base.record(ns, try StoragePath("d/f")) }
+        #expect(try UploadJournal(path: path).all().isEmpty)
+    }
+
     // MARK: - The close log
 
     /// A power cut, as the files show it after: SQLite's two files as they were at the last sync
@@ -688,7 +722,11 @@ struct JournalTests {
             try journal.makeDurable()
         }
         try FileManager.default.removeItem(atPath: dir + "/negative")
-        try DatabaseQueue(path: path).write { db in
+        // The journal's drain (5 ms after an unsynced insert) may still be running on its queue,
+        // holding the journal and a transaction a moment past its scope: wait for the lock.
+        var patient = Configuration()
+        patient.busyMode = .timeout(10)
+        try DatabaseQueue(path: path, configuration: patient).write { db in
             for (name, damage) in [
                 ("text", "size = 'many'"), ("negative", "size = -7"), ("huge", "size = 9223372036854775807"),
                 ("counts", "attempts = 9223372036854775807, created = 9223372036854775807, next_attempt = 9223372036854775807, params = X'FF', state = 'sent'"),

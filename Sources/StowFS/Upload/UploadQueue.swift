@@ -587,7 +587,11 @@ public actor UploadQueue {
         var quiet: [(id: Int64, location: Location)] = []
         for (id, location) in moves {
             if running[id] != nil {
-                _ = await retarget(id, to: location)
+                // Stored meanwhile (a request of small files is let finish): at the old path. A move
+                // stops its uploads before the server's rename (`stopRunning`), so this is a guard.
+                if case .alreadyStored = await retarget(id, to: location) {
+                    logger.error("an upload running when its file moved to \(location) was stored at its old path")
+                }
                 continue
             }
             guard let r = records[id] else { continue }
