@@ -201,10 +201,10 @@ public enum MountRunner {
                     logger.info("uploads were paused: resuming them to store what is queued")
                     await engine.resumeUploads()
                 }
-                if pending > 0 {
-                    logger.info("storing \(pending) file(s) still queued before exiting")
-                    await engine.sync { logger.info("\(ProgressText.line($0))") }
-                }
+                // Always: a file written and not yet queued (a descriptor still open when the mount
+                // was detached) has no record to count.
+                if pending > 0 { logger.info("storing \(pending) file(s) still queued before exiting") }
+                await engine.sync { logger.info("\(ProgressText.line($0))") }
             } else {
                 let left = await engine.status().queue.files
                 logger.info("leaving \(left) file(s) queued for the next mount")

@@ -152,6 +152,85 @@ struct OpenSnapshotTests {
         }
     }
 
+    /// A release under way whose record cannot be written (here: its held record cancelled meanwhile,
+    /// as a disk error would fail it) gives the content back: the file is dirty again, with a held
+    /// record, which sync's wait passes over. The sync that waited for the release returned with
+    /// nothing said and nothing sent (a review found it).
+    @Test("a release given back during a sync: the sync sends the file, or says it could not")
+    func syncDuringFailedRelease() async throws {
+        try await withEngine { h in
+            let fs = h.fs
+            let (entry, opened) = try fs.create(parent: .root, name: "f", mode: 0o644, caller: .root)
+            _ = try fs.write(entry.ino, handle: opened.handle, offset: 0, bytes: Array("closed".utf8))
+            try fs.flushHere(entry.ino, handle: opened.handle)
+            let held = try #require(fs.state.withLock { $0.inodes[entry.ino]?.local?.heldUpload })
+            let syncing = Mutex<Task<([UploadQueue.Failure], String?), Never>?>(nil)
+            fs.afterTake.withLock {
+                $0 = { @Sendable in
+                    guard syncing.withLock({ $0 == nil }) else { return }
+                    _ = await fs.queue.cancel(held)  // the release's record will not be written
+                    let task = Task { () -> ([UploadQueue.Failure], String?) in
+                        let failures = await fs.sync()
+                        return (failures, try? await h.stored("f"))
+                    }
+                    syncing.withLock { $0 = task }
+                    try? await Task.sleep(for: .milliseconds(200))
+                }
+            }
+            await fs.release(entry.ino, handle: opened.handle)
+            let task = try #require(syncing.withLock { $0 }, "the release never took the content")
+            let (failures, stored) = await task.value
+            #expect(stored == "closed" || !failures.isEmpty, "sync said all was stored, and the server has nothing")
+        }
+    }
+
+    /// A sync waits for a file's queued upload; the file is written and closed again before that
+    /// upload starts (the queue busy: here paused), and the newer upload cancels the older. The
+    /// sync's wait then held no record still owed and returned, the server holding neither
+    /// content (a review found it). It waits for the newer one now.
+    @Test("a sync waiting for an upload superseded by a newer close waits for the newer one")
+    func syncAcrossSupersededUpload() async throws {
+        try await withEngine { h in
+            let fs = h.fs
+            await fs.pauseUploads()
+            try await h.write("f", "a")
+            let returned = Mutex<String??>(nil)
+            let syncing = Task {
+                _ = await fs.sync()
+                let stored = try? await h.stored("f")
+                returned.withLock { $0 = .some(stored) }
+            }
+            // The sync is waiting for the upload of "a" (the queue paused: nothing goes).
+            try await Task.sleep(for: .milliseconds(100))
+            try await h.write("f", "b")
+            try await Task.sleep(for: .milliseconds(100))
+            #expect(returned.withLock { $0 } == nil, "the sync returned before anything was sent")
+            await fs.resumeUploads()
+            await syncing.value
+            #expect(returned.withLock { $0 } == .some("b"))
+        }
+    }
+
+    /// `stowfs unmount --no-wait` while a `stowfs sync` waits for a server that is away: the queue
+    /// stops, and the sync must return (saying what is left), else the mount's process never ends.
+    @Test("a sync waiting when the uploads stop returns, listing what is left", .timeLimit(.minutes(1)))
+    func syncReturnsWhenQueueStops() async throws {
+        let store = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))
+        try await withEngine(store: store) { h in
+            store.isOffline = true
+            try await h.write("f", "away")
+            let returned = Mutex<[UploadQueue.Failure]?>(nil)
+            let syncing = Task { returned.withLock { $0 = [] }; let f = await h.fs.sync(); returned.withLock { $0 = f } }
+            try await Task.sleep(for: .milliseconds(200))
+            await h.fs.stop()
+            let deadline = ContinuousClock.now + .seconds(5)
+            while returned.withLock({ $0?.isEmpty ?? true }), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+            let failures = try #require(returned.withLock { $0 }, "the sync never began")
+            #expect(failures.map(\.path).contains { $0.hasSuffix("/f") || $0 == "f" }, "the sync did not return, or did not list f: \(failures)")
+            if failures.isEmpty { syncing.cancel() }
+        }
+    }
+
     /// A stored file open for writing is renamed; another descriptor's close comes while the server
     /// renames (its answer held). The close's content belongs to the new name.
     @Test("a close during the rename of its file: the content lands under the new name, the old one does not come back")

@@ -1048,7 +1048,7 @@ extension StowFileSystem {
             try flushLocks.withLock(ino) { () throws(FSError) in outcome = try sendNow(ino) }
             guard let (id, superseded) = outcome else { return nil }
             for old in superseded where old != id {
-                if await !queue.isRunning(old) { _ = await cancelUpload(old, ino: ino) }
+                if await !queue.isRunning(old) { _ = await cancelUpload(old, ino: ino, supersededBy: id) }
             }
             return id
         }
@@ -1097,7 +1097,7 @@ extension StowFileSystem {
         }
         recorded(ino, id, token: t.token)
         for old in t.superseded where old != id {
-            if await !queue.isRunning(old) { _ = await cancelUpload(old, ino: ino) }
+            if await !queue.isRunning(old) { _ = await cancelUpload(old, ino: ino, supersededBy: id) }
         }
         return id
     }
@@ -1228,9 +1228,9 @@ extension StowFileSystem {
 
     /// Stops an owed upload for good; forgets it and its snapshot (unless the file still uses it).
     /// - Returns: the stored record if it had completed before it could be stopped.
-    func cancelUpload(_ id: Int64, ino: InodeNumber) async -> UploadQueue.Landed? {
+    func cancelUpload(_ id: Int64, ino: InodeNumber, supersededBy successor: Int64? = nil) async -> UploadQueue.Landed? {
         let record = await queue.record(id)
-        let outcome = await queue.cancel(id)
+        let outcome = await queue.cancel(id, supersededBy: successor)
         if case .alreadyStored(let stored) = outcome { return stored }
         state.withLock { s in
             s.uploadOwner[id] = nil

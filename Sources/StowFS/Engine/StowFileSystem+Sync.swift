@@ -59,19 +59,29 @@ extension StowFileSystem {
     public func sync(progress: (@Sendable (QueueStatus) -> Void)? = nil) async -> [UploadQueue.Failure] {
         // A release under way has taken its file's content (clean now) and not yet turned the
         // close's held record into a queued one, which the wait below passes over: it waits for them.
+        func dirtyNow() -> Set<InodeNumber> {
+            state.withLock { s in Set(s.inodes.values.filter { $0.local?.dirty == true && !$0.unlinked }.map(\.ino)) }
+        }
         let (dirty, takes) = state.withLock { s in
-            (s.inodes.values.filter { $0.local?.dirty == true && !$0.unlinked }.map(\.ino), Set(s.takes.keys))
+            (Set(s.inodes.values.filter { $0.local?.dirty == true && !$0.unlinked }.map(\.ino)), Set(s.takes.keys))
         }
         var unrecorded: [UploadQueue.Failure] = []
-        for ino in dirty {
-            do throws(FSError) {
-                try await submit(ino, onlyIfClosed: false)
-            } catch {
-                let path = state.withLock { s in (try? self.location(s, ino).description) ?? "inode \(ino)" }
-                unrecorded.append(UploadQueue.Failure(id: 0, path: path, reason: error.description))
+        func send(_ inodes: Set<InodeNumber>) async {
+            for ino in inodes {
+                do throws(FSError) {
+                    try await submit(ino, onlyIfClosed: false)
+                } catch {
+                    let path = state.withLock { s in (try? self.location(s, ino).description) ?? "inode \(ino)" }
+                    unrecorded.append(UploadQueue.Failure(id: 0, path: path, reason: error.description))
+                }
             }
         }
+        await send(dirty)
         await waitForTakes(takes)
+        // A take given back (its copy could not be made durable, or the journal refused its
+        // record) left its file dirty again, with a held record the wait passes over: sent now,
+        // or said. (Files written since the sync began go too.)
+        await send(dirtyNow().subtracting(dirty))
         let upTo = await queue.lastID
         let failures: [UploadQueue.Failure]
         if let progress {
@@ -95,9 +105,15 @@ extension StowFileSystem {
     func waitForTakes(_ takes: Set<Int64>) async {
         var pause = Duration.milliseconds(1)
         while state.withLock({ s in takes.contains { s.takes[$0] != nil } }) {
-            try? await Task.sleep(for: pause)
+            await Self.nap(pause)
             pause = min(pause * 2, .milliseconds(20))
         }
+    }
+
+    /// Sleeps even in a cancelled task (where `Task.sleep` returns at once): a wait that must go on
+    /// (a sync asked for by a lock's release, a move's) would otherwise spin.
+    static func nap(_ duration: Duration) async {
+        await Task.detached { try? await Task.sleep(for: duration) }.value
     }
 
     /// `stowfs retry`: failed uploads at or under these paths of the mount (all, for none) go again now.

@@ -675,7 +675,7 @@ extension StowFileSystem {
                 logger.error("\(location): a file's content taken for upload before the move was not recorded within a minute; it may go to its old path")
                 break
             }
-            try? await Task.sleep(for: .milliseconds(1))
+            await Self.nap(.milliseconds(1))
         }
         if let hook = afterMovedHere.withLock({ $0 }) { await hook() }
         let late = state.withLock { s in Set(mark.takes.compactMap { s.takeRecords[$0] }) }

@@ -168,7 +168,9 @@ public actor UploadQueue {
     private var deletionOrder: [Int64] = []
 
     func markCompleting(_ id: Int64) { completing.insert(id) }
-    private var waiters: [(key: Int, ids: Set<Int64>, continuation: CheckedContinuation<Void, Never>)] = []
+    /// Those waiting for records (`waitUntilDone`): a waiter's set grows when one of its records is
+    /// superseded (`cancel(_:supersededBy:)`), and it is resumed with the set it ended with.
+    private var waiters: [(key: Int, ids: Set<Int64>, continuation: CheckedContinuation<Set<Int64>, Never>)] = []
     private var nextWaiter = 0
     private var onFinished: (@Sendable (Finished) async -> Void)?
     private var onDeleted: (@Sendable ([Deleted]) -> Void)?
@@ -257,6 +259,11 @@ public actor UploadQueue {
         let tasks = running.values
         for t in tasks { t.cancel() }
         for t in tasks { _ = await t.value }
+        // Nothing more is sent: those waiting return with what is left pending (a `stowfs sync`
+        // still waiting when `unmount --no-wait` ends the mount kept the process alive forever).
+        let waiting = waiters
+        waiters.removeAll()
+        for w in waiting { w.continuation.resume(returning: w.ids) }
     }
 
     /// `stowfs pause`: no upload starts until `unsuspend`; those running are interrupted and wait
@@ -515,7 +522,10 @@ public actor UploadQueue {
     }
 
     /// Stops an upload for good (its file was deleted or replaced). If it had completed already, says so.
-    public func cancel(_ id: Int64) async -> CancelOutcome {
+    /// `successor`: the upload of the file's newer content that replaces it. Whoever waited for
+    /// this one (`sync`, `fsync`: the server to have the file as it was) waits for that one
+    /// instead; else, with neither sent yet, they would return with the server holding neither.
+    public func cancel(_ id: Int64, supersededBy successor: Int64? = nil) async -> CancelOutcome {
         logger.debug("cancel #\(id) (running: \(running[id] != nil))")
         cancelling.insert(id)
         defer {
@@ -526,6 +536,9 @@ public actor UploadQueue {
         guard let r = records.removeValue(forKey: id) else { return storedLately[id].map { .alreadyStored($0) } ?? .cancelled }
         try? journal.delete(id)
         abandon(r.session)
+        if let successor, records[successor] != nil {
+            for i in waiters.indices where waiters[i].ids.contains(id) { waiters[i].ids.insert(successor) }
+        }
         notifyWaiters()
         return .cancelled
     }
@@ -699,7 +712,9 @@ public actor UploadQueue {
     /// a token renewed, space freed), so a wait answers for the server as it is now.
     @discardableResult
     public func waitUntilDone(_ ids: Set<Int64>) async -> [Failure] {
-        await waitUntilDone(ids, timeout: nil).failures
+        let outcome = await waitUntilDone(ids, timeout: nil)
+        // Still pending after an unbounded wait: the queue stopped (the mount ended) first.
+        return outcome.failures + outcome.pending.map { Failure(id: $0.id, path: $0.path, reason: "not sent: the mount ended first; it stays queued for the next mount") }
     }
 
     /// What a bounded wait ended with: the refusals, and the records still on their way when the
@@ -713,6 +728,9 @@ public actor UploadQueue {
     public func waitUntilDone(_ ids: Set<Int64>, timeout: Duration?) async -> WaitOutcome {
         let remaining = ids.filter { records[$0] != nil }
         if remaining.isEmpty { return WaitOutcome(failures: [], pending: []) }
+        // A stopped queue sends nothing more: what is left is pending (`unmount --no-wait`, a
+        // request that came as the mount ended).
+        if stopped { return outcome(of: remaining) }
         retryNow(remaining)
         // A small batch lingering for more files goes now: somebody waits for it.
         wake.signal()
@@ -722,17 +740,22 @@ public actor UploadQueue {
             try? await Task.sleep(for: t)
             await self?.expireWaiter(key)
         } }
-        await withCheckedContinuation { waiters.append((key, remaining, $0)) }
+        let waited = await withCheckedContinuation { waiters.append((key, remaining, $0)) }
         timer?.cancel()
+        return outcome(of: waited)
+    }
+
+    private func outcome(of ids: Set<Int64>) -> WaitOutcome {
         func describe(_ r: UploadJournal.Record) -> Failure { Failure(id: r.id, path: r.location.description, reason: r.lastError ?? "refused") }
-        let left = remaining.compactMap { records[$0] }.sorted { $0.id < $1.id }
+        let left = ids.compactMap { records[$0] }.sorted { $0.id < $1.id }
         return WaitOutcome(failures: left.filter { $0.state == .failed }.map(describe), pending: left.filter { $0.state != .failed }.map(describe))
     }
 
     /// A bounded wait's time ran out: it returns with what is still pending.
     private func expireWaiter(_ key: Int) {
         guard let i = waiters.firstIndex(where: { $0.key == key }) else { return }
-        waiters.remove(at: i).continuation.resume()
+        let w = waiters.remove(at: i)
+        w.continuation.resume(returning: w.ids)
     }
 
     /// Failed records among `ids` go again now; returns how many.
@@ -766,7 +789,7 @@ public actor UploadQueue {
     private func notifyWaiters() {
         waiters.removeAll { w in
             if w.ids.contains(where: { records[$0].map { $0.state != .failed } ?? false }) { return false }
-            w.continuation.resume()
+            w.continuation.resume(returning: w.ids)
             return true
         }
     }
