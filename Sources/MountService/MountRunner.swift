@@ -196,15 +196,30 @@ public enum MountRunner {
             SystemdNotify.stopping(status: "unmounted; storing what is still queued")
             if !leaveQueued.isSet {
                 // The mount is gone (unmount, fusermount3 -u, a signal): what is still owed goes now.
+                // Always, and resumed if paused: a file written and not yet queued (a descriptor
+                // still open when the mount was detached) has no record to count.
                 let pending = await engine.status().queue.files
-                if pending > 0, await engine.uploadsArePaused() {
+                if await engine.uploadsArePaused() {
                     logger.info("uploads were paused: resuming them to store what is queued")
                     await engine.resumeUploads()
                 }
-                // Always: a file written and not yet queued (a descriptor still open when the mount
-                // was detached) has no record to count.
                 if pending > 0 { logger.info("storing \(pending) file(s) still queued before exiting") }
-                await engine.sync { logger.info("\(ProgressText.line($0))") }
+                let syncing = Task { await engine.sync { logger.info("\(ProgressText.line($0))") } }
+                // `stowfs unmount --no-wait` (a server that is away) ends the wait: the queue stops,
+                // and what is left stays in the journal for the next mount.
+                let giveUp = Task {
+                    while !Task.isCancelled {
+                        if leaveQueued.isSet {
+                            logger.info("leaving what is still queued for the next mount (unmount --no-wait)")
+                            await engine.stop()
+                            return
+                        }
+                        try? await Task.sleep(for: .milliseconds(100))
+                    }
+                }
+                _ = await syncing.value
+                giveUp.cancel()
+                await giveUp.value
             } else {
                 let left = await engine.status().queue.files
                 logger.info("leaving \(left) file(s) queued for the next mount")

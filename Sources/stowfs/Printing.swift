@@ -60,9 +60,18 @@ final class ProgressPrinter: Sendable {
             print("everything is stored")
             return
         }
-        var text = "stowfs: the server refused \(failures.count) upload(s); they stay queued\(kept ? " for the next mount" : ""):\n"
-        for f in failures { text += "  \(f.path): \(f.reason)\n" }
-        text += "  `stowfs retry PATH` sends them again, `stowfs discard PATH` drops them (`stowfs status` lists them)\n"
+        let notSent = failures.filter { $0.reason == UploadQueue.Failure.notSent }
+        let refused = failures.filter { $0.reason != UploadQueue.Failure.notSent }
+        var text = ""
+        if !refused.isEmpty {
+            text += "stowfs: the server refused \(refused.count) upload(s); they stay queued\(kept ? " for the next mount" : ""):\n"
+            for f in refused { text += "  \(f.path): \(f.reason)\n" }
+            text += "  `stowfs retry PATH` sends them again, `stowfs discard PATH` drops them (`stowfs status` lists them)\n"
+        }
+        if !notSent.isEmpty {
+            text += "stowfs: \(notSent.count) upload(s) were not sent: the mount ended first; they stay queued for the next mount of its cache folder:\n"
+            for f in notSent { text += "  \(f.path)\n" }
+        }
         FileHandle.standardError.write(Data(text.utf8))
     }
 }

@@ -50,6 +50,31 @@ struct DurabilityMountTests {
         }
     }
 
+    /// The kernel's mount gone (`fusermount3 -u`) while the server is away: the mount's process
+    /// waits to store what is queued, and `stowfs unmount --no-wait` is the way out. It set a
+    /// flag nobody read any more: the process waited on, forever (a review).
+    @Test("after fusermount3 -u with the server away, unmount --no-wait ends the mount's process; the next mount sends what was queued")
+    func noWaitAfterKernelUnmount() async throws {
+        try await withMount { m in
+            try m.sh("ls \(m.mountpoint)")
+            kill(m.server!.processIdentifier, SIGSTOP)
+            defer { kill(m.server!.processIdentifier, SIGCONT) }
+            try m.sh("head -c 100000 /dev/urandom > a.bin && cp a.bin \(m.mountpoint)/a.bin")
+            try m.sh("fusermount3 -u \(m.mountpoint)")
+            try await Task.sleep(for: .milliseconds(500))
+            let process = try #require(m.mount)
+            #expect(process.isRunning, "the mount's process should be waiting to store a.bin")
+            _ = try m.stowfs(["unmount", m.mountpoint, "--no-wait"])
+            let deadline = ContinuousClock.now + .seconds(15)
+            while process.isRunning, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
+            #expect(!process.isRunning, "unmount --no-wait did not end the mount's process")
+            kill(m.server!.processIdentifier, SIGCONT)
+            try m.mountFS()
+            try m.stowfs(["sync", m.mountpoint])
+            #expect(try await m.storedSHA256("a.bin") == (try m.sh("sha256sum a.bin | cut -d' ' -f1")))
+        }
+    }
+
     @Test("unmount waits for the queue; --leave-queued keeps it for the next mount")
     func unmountDrains() async throws {
         try await withMount { m in

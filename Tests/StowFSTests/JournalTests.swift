@@ -372,6 +372,36 @@ struct JournalTests {
         #expect(try UploadJournal(path: path).all().isEmpty)
     }
 
+    /// A wait that names an upload superseded a moment before it began (a sync that read the
+    /// queue's last id, an fsync its file's owed ids, then a newer close replaced that upload)
+    /// waits for the newer upload. It found neither owed, and returned with neither stored (a review).
+    @Test("a wait for an upload superseded before it began waits for its successor", arguments: [false, true])
+    func waitFollowsSuccessor(byLastID: Bool) async throws {
+        let (dir, path) = Self.tempPath()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let ns = try Namespace("superseded")
+        let f = Location(namespace: ns, path: try StoragePath("f"))
+        let base = InMemoryObjectStore(namespaces: [ns])
+        for (name, text) in [("A", "older"), ("B", "newer")] { _ = FileManager.default.createFile(atPath: dir + "/" + name, contents: Data(text.utf8)) }
+        let queue = try UploadQueue(journal: try UploadJournal(path: path), store: base, parallelism: 1, chunkSize: 1 << 20, logger: Logger(label: "t"))
+        let a = try await queue.enqueue(location: f, cacheFile: dir + "/A", size: 5, params: UploadParams(), contentType: nil, tags: nil)
+        let lastID = await queue.lastID
+        let b = try await queue.enqueue(location: f, cacheFile: dir + "/B", size: 5, params: UploadParams(), contentType: nil, tags: nil)
+        #expect(await queue.cancel(a, supersededBy: b) == .cancelled)
+        let returned = Mutex(false)
+        let waiting = Task {
+            let failures = byLastID ? await queue.waitUntilDone(upTo: lastID) : await queue.waitUntilDone([a])
+            returned.withLock { $0 = true }
+            return failures
+        }
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(!returned.withLock { $0 }, "the wait returned with nothing sent")
+        await queue.start()
+        #expect(await waiting.value.isEmpty)
+        #expect(try await base.record(ns, try StoragePath("f")).size == 5)
+        await queue.stop()
+    }
+
     // MARK: - The close log
 
     /// A power cut, as the files show it after: SQLite's two files as they were at the last sync

@@ -171,6 +171,22 @@ public actor UploadQueue {
     /// Those waiting for records (`waitUntilDone`): a waiter's set grows when one of its records is
     /// superseded (`cancel(_:supersededBy:)`), and it is resumed with the set it ended with.
     private var waiters: [(key: Int, ids: Set<Int64>, continuation: CheckedContinuation<Set<Int64>, Never>)] = []
+    /// Uploads cancelled for a newer one of the same file (`cancel(_:supersededBy:)`), by id: a
+    /// wait that names one after it went (its ids read a moment before) waits for its successor.
+    private var successors: [Int64: Int64] = [:]
+    private var successorsPruneAt = 1024
+
+    /// The record that stands for `id` now: itself, or the upload that superseded it (followed
+    /// through a chain); nil when neither is still owed.
+    private func current(_ id: Int64) -> Int64? {
+        var id = id
+        for _ in 0..<64 {
+            if records[id] != nil { return id }
+            guard let next = successors[id] else { return nil }
+            id = next
+        }
+        return nil
+    }
     private var nextWaiter = 0
     private var onFinished: (@Sendable (Finished) async -> Void)?
     private var onDeleted: (@Sendable ([Deleted]) -> Void)?
@@ -538,6 +554,12 @@ public actor UploadQueue {
         abandon(r.session)
         if let successor, records[successor] != nil {
             for i in waiters.indices where waiters[i].ids.contains(id) { waiters[i].ids.insert(successor) }
+            // Kept while it may matter: those whose successor is gone too are dropped now and then.
+            if successors.count >= successorsPruneAt {
+                successors = successors.filter { current($0.value) != nil }
+                successorsPruneAt = max(1024, successors.count * 2)
+            }
+            successors[id] = successor
         }
         notifyWaiters()
         return .cancelled
@@ -695,6 +717,9 @@ public actor UploadQueue {
         public var id: Int64
         public var path: String
         public var reason: String
+        /// The reason of an upload a wait gave up on because the queue stopped (the mount ended
+        /// first), not because the server refused it.
+        public static let notSent = "not sent: the mount ended first; it stays queued for the next mount"
     }
 
     /// Waits until every record with an id up to `id` is stored, cancelled, or refused for good;
@@ -703,7 +728,9 @@ public actor UploadQueue {
     public func waitUntilDone(upTo id: Int64) async -> [Failure] {
         // Held records belong to files still open for writing: `sync` sends their current content as
         // a copy (a newer record), so it does not wait for them to be closed.
-        await waitUntilDone(Set(records.values.filter { $0.id <= id && $0.state != .held }.map(\.id)))
+        // Superseded since its caller read `lastID`: their successors stand for them.
+        let owed = records.values.filter { $0.id <= id && $0.state != .held }.map(\.id) + successors.keys.filter { $0 <= id }
+        return await waitUntilDone(Set(owed))
     }
 
     /// Waits until these records are stored, cancelled, or refused for good; returns those refused.
@@ -714,7 +741,7 @@ public actor UploadQueue {
     public func waitUntilDone(_ ids: Set<Int64>) async -> [Failure] {
         let outcome = await waitUntilDone(ids, timeout: nil)
         // Still pending after an unbounded wait: the queue stopped (the mount ended) first.
-        return outcome.failures + outcome.pending.map { Failure(id: $0.id, path: $0.path, reason: "not sent: the mount ended first; it stays queued for the next mount") }
+        return outcome.failures + outcome.pending.map { Failure(id: $0.id, path: $0.path, reason: Failure.notSent) }
     }
 
     /// What a bounded wait ended with: the refusals, and the records still on their way when the
@@ -726,7 +753,7 @@ public actor UploadQueue {
 
     /// Waits as `waitUntilDone(_:)` does, for at most `timeout`.
     public func waitUntilDone(_ ids: Set<Int64>, timeout: Duration?) async -> WaitOutcome {
-        let remaining = ids.filter { records[$0] != nil }
+        let remaining = Set(ids.compactMap { current($0) })
         if remaining.isEmpty { return WaitOutcome(failures: [], pending: []) }
         // A stopped queue sends nothing more: what is left is pending (`unmount --no-wait`, a
         // request that came as the mount ended).
