@@ -113,6 +113,8 @@ public final class FuseMount: @unchecked Sendable {
         if adapter.requestsInFlight > 0 { logger.warning("\(adapter.requestsInFlight) request(s) still in flight at unmount") }
         for s in signalSources { s.cancel() }
         notifier.close()
+        // No `requestExit` from now on (it would use the session destroyed below).
+        exitRequested.withLock { $0 = true }
         fuse_session_unmount(session)
         fuse_session_destroy(session)
         Unmanaged<FuseAdapter>.fromOpaque(userdata).release()
@@ -121,12 +123,16 @@ public final class FuseMount: @unchecked Sendable {
 
     /// Ends the loop: marks the session exited and detaches the mount, which wakes the loop.
     public func requestExit() {
-        let first = exitRequested.withLock { already in
-            defer { already = true }
-            return !already
+        // Under the lock: `run` marks it before it destroys the session, so a request that comes
+        // later (`stowfs unmount --no-wait` while the mount's process stores what is queued, after
+        // `fusermount3 -u` ended the loop) touches neither the freed session nor the path.
+        let first = exitRequested.withLock { already -> Bool in
+            guard !already else { return false }
+            already = true
+            fuse_session_exit(session)
+            return true
         }
         guard first else { return }
-        fuse_session_exit(session)
         if geteuid() == 0 {
             umount2(mountpoint, Int32(MNT_DETACH))
         } else {

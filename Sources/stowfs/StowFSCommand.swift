@@ -197,7 +197,8 @@ struct Unmount: AsyncParsableCommand {
                 if let e = m.error { fail(e) }
                 if let f = m.failures { failures.set(f) }
             }
-            progress.finish(failures: failures.value, kept: true)
+            // With --no-wait nothing was stored: what stays queued is said below.
+            if !leaveQueued { progress.finish(failures: failures.value, kept: true) }
         } catch let e as ControlClient.Unreachable {
             guard Preflight.isMounted(mountpoint) else { fail("\(mountpoint) is not mounted") }
             // No daemon answers (it died): the kernel mount can still go.

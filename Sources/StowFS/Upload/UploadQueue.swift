@@ -175,6 +175,8 @@ public actor UploadQueue {
     /// wait that names one after it went (its ids read a moment before) waits for its successor.
     private var successors: [Int64: Int64] = [:]
     private var successorsPruneAt = 1024
+    /// How many supersessions are remembered (for tests).
+    public var successorCount: Int { successors.count }
 
     /// The record that stands for `id` now: itself, or the upload that superseded it (followed
     /// through a chain); nil when neither is still owed.
@@ -728,7 +730,9 @@ public actor UploadQueue {
     public func waitUntilDone(upTo id: Int64) async -> [Failure] {
         // Held records belong to files still open for writing: `sync` sends their current content as
         // a copy (a newer record), so it does not wait for them to be closed.
-        // Superseded since its caller read `lastID`: their successors stand for them.
+        // Superseded since its caller read `lastID`: their successors stand for them. Those whose
+        // chain ends in nothing owed never matter again (ids are not reused): dropped here.
+        if !successors.isEmpty { successors = successors.filter { current($0.value) != nil } }
         let owed = records.values.filter { $0.id <= id && $0.state != .held }.map(\.id) + successors.keys.filter { $0 <= id }
         return await waitUntilDone(Set(owed))
     }
