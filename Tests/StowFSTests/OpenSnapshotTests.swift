@@ -129,26 +129,8 @@ struct OpenSnapshotTests {
     @Test("a sync during a release waits for the file released")
     func syncDuringRelease() async throws {
         try await withEngine { h in
-            let fs = h.fs
-            let (entry, opened) = try fs.create(parent: .root, name: "f", mode: 0o644, caller: .root)
-            _ = try fs.write(entry.ino, handle: opened.handle, offset: 0, bytes: Array("closed".utf8))
-            try fs.flushHere(entry.ino, handle: opened.handle)
-            let syncing = Mutex<Task<String?, Never>?>(nil)
-            fs.afterTake.withLock {
-                $0 = { @Sendable in
-                    guard syncing.withLock({ $0 == nil }) else { return }
-                    // What the server has the moment sync returns.
-                    let task = Task { () -> String? in
-                        _ = await fs.sync()
-                        return try? await h.stored("f")
-                    }
-                    syncing.withLock { $0 = task }
-                    try? await Task.sleep(for: .milliseconds(200))
-                }
-            }
-            await fs.release(entry.ino, handle: opened.handle)
-            let task = try #require(syncing.withLock { $0 }, "the release never took the content")
-            #expect(await task.value == "closed", "sync returned before the file released was stored")
+            let (_, stored) = try await syncDuringTake(h) { _ in }
+            #expect(stored == "closed", "sync returned before the file released was stored")
         }
     }
 
@@ -159,29 +141,39 @@ struct OpenSnapshotTests {
     @Test("a release given back during a sync: the sync sends the file, or says it could not")
     func syncDuringFailedRelease() async throws {
         try await withEngine { h in
-            let fs = h.fs
-            let (entry, opened) = try fs.create(parent: .root, name: "f", mode: 0o644, caller: .root)
-            _ = try fs.write(entry.ino, handle: opened.handle, offset: 0, bytes: Array("closed".utf8))
-            try fs.flushHere(entry.ino, handle: opened.handle)
-            let held = try #require(fs.state.withLock { $0.inodes[entry.ino]?.local?.heldUpload })
-            let syncing = Mutex<Task<([UploadQueue.Failure], String?), Never>?>(nil)
-            fs.afterTake.withLock {
-                $0 = { @Sendable in
-                    guard syncing.withLock({ $0 == nil }) else { return }
-                    _ = await fs.queue.cancel(held)  // the release's record will not be written
-                    let task = Task { () -> ([UploadQueue.Failure], String?) in
-                        let failures = await fs.sync()
-                        return (failures, try? await h.stored("f"))
-                    }
-                    syncing.withLock { $0 = task }
-                    try? await Task.sleep(for: .milliseconds(200))
-                }
-            }
-            await fs.release(entry.ino, handle: opened.handle)
-            let task = try #require(syncing.withLock { $0 }, "the release never took the content")
-            let (failures, stored) = await task.value
+            let (failures, stored) = try await syncDuringTake(h) { held in _ = await h.fs.queue.cancel(held) }
             #expect(stored == "closed" || !failures.isEmpty, "sync said all was stored, and the server has nothing")
         }
+    }
+
+    /// `f` written ("closed") and closed; in the moment its release has taken the content, before
+    /// its record is written, `during` runs (given the close's held record) and a sync starts.
+    /// Returns what the sync returned, and what the server had the moment it did.
+    private func syncDuringTake(
+        _ h: Harness, during: @escaping @Sendable (Int64) async -> Void
+    ) async throws -> ([UploadQueue.Failure], String?) {
+        let fs = h.fs
+        let (entry, opened) = try fs.create(parent: .root, name: "f", mode: 0o644, caller: .root)
+        _ = try fs.write(entry.ino, handle: opened.handle, offset: 0, bytes: Array("closed".utf8))
+        try fs.flushHere(entry.ino, handle: opened.handle)
+        let held = try #require(fs.state.withLock { $0.inodes[entry.ino]?.local?.heldUpload })
+        let syncing = Mutex<Task<([UploadQueue.Failure], String?), Never>?>(nil)
+        fs.afterTake.withLock {
+            $0 = { @Sendable in
+                guard syncing.withLock({ $0 == nil }) else { return }
+                await during(held)
+                let task = Task { () -> ([UploadQueue.Failure], String?) in
+                    let failures = await fs.sync()
+                    return (failures, try? await h.stored("f"))
+                }
+                syncing.withLock { $0 = task }
+                // Long enough for a sync that waits for nothing to return.
+                try? await Task.sleep(for: .milliseconds(200))
+            }
+        }
+        await fs.release(entry.ino, handle: opened.handle)
+        let task = try #require(syncing.withLock { $0 }, "the release never took the content")
+        return await task.value
     }
 
     /// A sync waits for a file's queued upload; the file is written and closed again before that
