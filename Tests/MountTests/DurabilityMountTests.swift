@@ -66,12 +66,20 @@ struct DurabilityMountTests {
             // The harness forgets this process once it mounts again: stopped here on every path.
             defer { if process.isRunning { kill(process.processIdentifier, SIGKILL); process.waitUntilExit() } }
             #expect(process.isRunning, "the mount's process should be waiting to store a.bin")
-            _ = try m.stowfs(["unmount", m.mountpoint, "--no-wait"])
+            // Meanwhile another file system is mounted at the folder. The request to end came after
+            // the FUSE session was gone, and used it: it also detached whatever was mounted at the
+            // path, this one.
+            try m.sh("mount -t tmpfs stowtest-other \(m.mountpoint)")
+            defer { _ = try? m.sh("! grep -q ' \(m.mountpoint) tmpfs ' /proc/mounts || umount \(m.mountpoint)") }
+            // (The command then waits for the folder to be unmounted, and says it is not: ignored.)
+            _ = try m.run(MountedFS.binDirectory + "/stowfs", ["unmount", m.mountpoint, "--no-wait"])
             let deadline = ContinuousClock.now + .seconds(15)
             while process.isRunning, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
             try #require(!process.isRunning, "unmount --no-wait did not end the mount's process")
-            // Ended, not crashed (the request to end came after the session was gone).
             #expect(process.terminationReason == .exit && process.terminationStatus == 0, "status \(process.terminationStatus), \(process.terminationReason)")
+            #expect(try m.sh("grep -c ' \(m.mountpoint) tmpfs ' /proc/mounts || true").trimmingCharacters(in: .whitespacesAndNewlines) == "1",
+                "the ended mount detached another file system mounted at its folder")
+            try m.sh("umount \(m.mountpoint)")
             kill(m.server!.processIdentifier, SIGCONT)
             try m.mountFS()
             try m.stowfs(["sync", m.mountpoint])
