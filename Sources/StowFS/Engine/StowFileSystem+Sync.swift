@@ -57,14 +57,10 @@ extension StowFileSystem {
     /// - Returns: the uploads refused (kept in the queue, listed by `status`); empty when all is stored.
     @discardableResult
     public func sync(progress: (@Sendable (QueueStatus) -> Void)? = nil) async -> [UploadQueue.Failure] {
+        func dirty(_ s: State) -> Set<InodeNumber> { Set(s.inodes.values.filter { $0.local?.dirty == true && !$0.unlinked }.map(\.ino)) }
         // A release under way has taken its file's content (clean now) and not yet turned the
         // close's held record into a queued one, which the wait below passes over: it waits for them.
-        func dirtyNow() -> Set<InodeNumber> {
-            state.withLock { s in Set(s.inodes.values.filter { $0.local?.dirty == true && !$0.unlinked }.map(\.ino)) }
-        }
-        let (dirty, takes) = state.withLock { s in
-            (Set(s.inodes.values.filter { $0.local?.dirty == true && !$0.unlinked }.map(\.ino)), Set(s.takes.keys))
-        }
+        let (dirtyFirst, takes) = state.withLock { s in (dirty(s), Set(s.takes.keys)) }
         var unrecorded: [UploadQueue.Failure] = []
         func send(_ inodes: Set<InodeNumber>) async {
             for ino in inodes {
@@ -76,12 +72,12 @@ extension StowFileSystem {
                 }
             }
         }
-        await send(dirty)
+        await send(dirtyFirst)
         await waitForTakes(takes)
         // A take given back (its copy could not be made durable, or the journal refused its
         // record) left its file dirty again, with a held record the wait passes over: sent now,
         // or said. (Files written since the sync began go too.)
-        await send(dirtyNow().subtracting(dirty))
+        await send(state.withLock { dirty($0) }.subtracting(dirtyFirst))
         let upTo = await queue.lastID
         let failures: [UploadQueue.Failure]
         if let progress {
