@@ -165,6 +165,7 @@ extension StowFileSystem {
 
     /// Stops the background uploads (after `sync`, for a clean unmount).
     public func stop() async {
+        settlingMoves.withLock { $0?.cancel() }
         cacheFiles.stop()
         await queue.stop()
     }

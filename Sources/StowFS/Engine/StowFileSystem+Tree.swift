@@ -377,7 +377,7 @@ extension StowFileSystem {
             // (not those made under a new folder of the old name since).
             let moving = await carried(mark, from: srcLoc)
             unmarkMove(mark)
-            await queue.relocate(moving.map { ($0.id, $0.location.rebased(from: srcLoc, to: dstLoc)) })
+            await queue.relocate(moving.map { ($0.id, $0.location.rebased(from: srcLoc, to: dstLoc)) }, endingMove: mark.move)
         }
         if folder { await endMove(srcLoc) }
         urls.forget(under: srcLoc)
@@ -477,8 +477,18 @@ extension StowFileSystem {
                 }
             }
         }
+        // A folder's move is journaled first: a crash after the server's rename and before its
+        // records follow (`carried`) would send them to the old paths (`settleMoves`).
+        var moveID: Int64?
         do throws(FSError) {
             if needsServerRename {
+                if srcEntry.kind == .directory, let inode = srcEntry.remote?.ino {
+                    do {
+                        moveID = try queue.journal.beginMove(from: srcLoc, to: dstLoc, exchange: false, inode: inode)
+                    } catch {
+                        throw FSError.io("the move could not be journaled: \(error)")
+                    }
+                }
                 _ = try await remote { try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: true, exchange: false) }
             } else if ontoLinked {
                 do {
@@ -489,12 +499,14 @@ extension StowFileSystem {
                 }
             }
         } catch {
+            if let moveID { endMove(moveID) }
             for (id, from) in retargeted + movedAway { _ = await queue.retarget(id, to: from) }
             await queue.restoreReplaces(replacedBefore)
             await queue.resume(ids)
             throw error
         }
         await queue.resume(ids)
+        if moveID != nil, let hook = afterServerMove.withLock({ $0 }) { await hook() }
         if let r = replacedHere {
             // The rename is done from here on: a delete the journal could not take is logged, not
             // thrown (the old file then stays on the server, as it would have before).
@@ -528,7 +540,11 @@ extension StowFileSystem {
                     replacesThere: replacesThere, srcLoc: srcLoc, dstLoc: dstLoc)
             }
         }
-        if lockAll { flushLocks.withAllLocks(moveHere) } else { flushLocks.withLocks([src] + (dst.map { [$0] } ?? []), moveHere) }
+        func moveAndMark() {
+            moveHere()
+            if let moveID, mark != nil { mark!.move = journalMark(moveID, mark!) }
+        }
+        if lockAll { flushLocks.withAllLocks(moveAndMark) } else { flushLocks.withLocks([src] + (dst.map { [$0] } ?? []), moveHere) }
         if let lateMoved {
             _ = await queue.retarget(lateMoved, to: dstLoc)
             // What it replaces there, as for the records moved before (for a mount after a crash).
@@ -568,14 +584,27 @@ extension StowFileSystem {
         // Where `from`'s server inode is says whether an exchange whose answer did not come swapped
         // (not known, nothing is sent).
         let moving = try await remote { try await store.record(ns, srcLoc.path).inode }
+        // Journaled first: a crash after the server's swap and before the records follow would
+        // send each side's to the other's name (`settleMoves`).
+        let moveID: Int64
+        do {
+            moveID = try queue.journal.beginMove(from: srcLoc, to: dstLoc, exchange: true, inode: moving)
+        } catch {
+            throw FSError.io("the exchange could not be journaled: \(error)")
+        }
         do {
             _ = try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: false, exchange: true)
         } catch let error as StorageError where error.isTransient {
-            guard await exchangeHappened(ns, srcLoc, dstLoc, moving: moving) else { throw FSError.from(error) }
+            guard await exchangeHappened(ns, srcLoc, dstLoc, moving: moving) else {
+                endMove(moveID)
+                throw FSError.from(error)
+            }
             logger.warning("\(srcLoc) ⇄ \(dstLoc): the server swapped them, though its answer did not come")
         } catch {
+            endMove(moveID)
             throw FSError.from(error)
         }
+        if let hook = afterServerMove.withLock({ $0 }) { await hook() }
         var mark: MoveMark?
         // A folder's: every file's flush lock, since a close of any file under it reads the path it records.
         let swapHere = {
@@ -584,13 +613,15 @@ extension StowFileSystem {
                 self.exchangedHere(&s, parent: parent, name: name, newParent: newParent, newName: newName, src: src, dst: dst,
                     srcLoc: srcLoc, dstLoc: dstLoc)
             }
+            mark!.move = self.journalMark(moveID, mark!)
         }
         if folders { flushLocks.withAllLocks(swapHere) } else { flushLocks.withLocks([src, dst], swapHere) }
         // Both lists taken before either moves: moved first, one side's would be taken for the other's.
         let fromSrc = await carried(mark!, from: srcLoc), fromDst = await carried(mark!, from: dstLoc)
         unmarkMove(mark!)
         await queue.relocate(
-            fromSrc.map { ($0.id, $0.location.rebased(from: srcLoc, to: dstLoc)) } + fromDst.map { ($0.id, $0.location.rebased(from: dstLoc, to: srcLoc)) })
+            fromSrc.map { ($0.id, $0.location.rebased(from: srcLoc, to: dstLoc)) } + fromDst.map { ($0.id, $0.location.rebased(from: dstLoc, to: srcLoc)) },
+            endingMove: mark!.move)
     }
 
     /// An exchange's outcome when its answer did not come (the store's own tries spent): whether
@@ -653,6 +684,8 @@ extension StowFileSystem {
     struct MoveMark {
         let lastGiven: Int64
         let takes: Set<Int64>
+        /// The journaled move (`UploadJournal.Move`) this marks, once its mark is written there.
+        var move: Int64?
     }
 
     /// Marks a move at the moment its names change here: the caller holds the state lock and the
@@ -661,7 +694,32 @@ extension StowFileSystem {
     func markMove(_ s: inout State, under locations: [Location]) -> MoveMark {
         let takes = Set(s.takes.filter { t in locations.contains { t.value.isWithin($0) } }.keys)
         for t in takes { s.watchedTakes[t, default: 0] += 1 }
-        return MoveMark(lastGiven: queue.lastGivenID, takes: takes)
+        // One id skipped: content taken from now on reads a larger last id than the mark, so a
+        // mount after a crash tells it from content taken before (`UploadJournal.Move.carries`).
+        return MoveMark(lastGiven: queue.journal.lastGivenSkippingOne(), takes: takes)
+    }
+
+    /// A journaled move the server did not make, forgotten (one left behind is asked about at the
+    /// next start).
+    func endMove(_ move: Int64) {
+        do {
+            try queue.journal.endMove(move)
+        } catch {
+            logger.error("a move the server did not make stays in the journal: \(error)")
+        }
+    }
+
+    /// Writes a move's mark to the journal (synced), under the flush locks of everything it moves:
+    /// no close records a file under a folder made since at the old name before the mark is on
+    /// disk. Returns the move, for the commit that ends it; a mark not written is logged (a mount
+    /// after a crash then moves every record at the old paths).
+    func journalMark(_ move: Int64, _ mark: MoveMark) -> Int64 {
+        do {
+            try queue.journal.markMove(move, mark: mark.lastGiven)
+        } catch {
+            logger.error("a move's mark could not be journaled: \(error)")
+        }
+        return move
     }
 
     /// The records at or under `location` a move marked by `mark` carries, once the releases under

@@ -53,6 +53,13 @@ public final class StowFileSystem: Sendable {
     /// Tests: runs once a move's names have changed here, before it looks for the records it
     /// carries (what happens in that moment, made to happen).
     let afterMovedHere = Mutex<(@Sendable () async -> Void)?>(nil)
+    /// Tests: runs once the server did a folder's move or an exchange, before the names change
+    /// here (a crash in that moment, made to happen).
+    let afterServerMove = Mutex<(@Sendable () async -> Void)?>(nil)
+    /// Moves the last mount left unfinished that the server could not yet be asked about
+    /// (`settleMoves`): what they carry waits meanwhile.
+    let movesLeft = Mutex<[MoveLeft]>([])
+    let settlingMoves = Mutex<Task<Void, Never>?>(nil)
     /// Tests: runs once a release has taken a file's content, before its record is written.
     let afterTake = Mutex<(@Sendable () async -> Void)?>(nil)
     /// Empty local copies for the next files written here: made ahead, or emptied after upload.
@@ -419,6 +426,9 @@ public final class StowFileSystem: Sendable {
         // heaps) goes back to the system: a mount of 100,000 names kept 26 MB of it in one of
         // two starts.
         if offlineTree != nil || kept != nil { _ = CStowSystem_release_free_memory() }
+        // Moves a crash left unfinished go first: what they carry goes where the server has it.
+        // (Offline, no question is asked: they wait for the server with what they carry.)
+        let left = await Self.settleMoves(queue, store, ask: offlineTree == nil, logger: logger)
         let recovered = await queue.recovered
         for r in recovered { s.recovered[r.location] = r }
         // A name owed to the server shows its upload, not a kept listing's: its folder is listed
@@ -427,6 +437,7 @@ public final class StowFileSystem: Sendable {
         let deletions = await queue.deletions
         for r in deletions { if let d = r.deletion { Self.noteDeleteOwed(&s, id: r.id, d) } }
         state = Mutex(s)
+        movesLeft.withLock { $0 = left }
         if let kept {
             // What changed since the unmount goes as the feed's changes do; the follower goes on from
             // there. (A recall is of a names lease this mount does not hold.)
@@ -461,7 +472,12 @@ public final class StowFileSystem: Sendable {
     }
 
     /// Starts the background uploads.
-    public func start() async { await queue.start() }
+    public func start() async {
+        await queue.start()
+        if !movesLeft.withLock({ $0.isEmpty }) {
+            settlingMoves.withLock { $0 = Task { [weak self] in await self?.settleMovesLeft() } }
+        }
+    }
 
     static func namespaceRecord(_ store: any ObjectStore, _ ns: Namespace) async throws -> NamespaceRecord {
         guard let info = try await store.namespaces().first(where: { $0.name == ns.name }) else {

@@ -75,7 +75,7 @@ public final class UploadJournal: Sendable {
         }
     }
 
-    private let db: DatabaseQueue
+    let db: DatabaseQueue
     private let path: String
     /// Where a close's record is made durable (`CloseLog`); nil: each such commit is synced instead.
     private let closeLog: CloseLog?
@@ -197,6 +197,21 @@ public final class UploadJournal: Sendable {
         migrator.registerMigration("v7 content after") { db in
             try db.execute(sql: "ALTER TABLE uploads ADD COLUMN content_after INTEGER")
         }
+        // Folder moves and exchanges under way on the server (`UploadJournal.Move`).
+        migrator.registerMigration("v8 moves") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE moves (
+                        id INTEGER PRIMARY KEY,
+                        namespace TEXT NOT NULL,
+                        from_path TEXT NOT NULL,
+                        to_path TEXT NOT NULL,
+                        exchange INTEGER NOT NULL,
+                        inode INTEGER NOT NULL,
+                        mark INTEGER
+                    );
+                    """)
+        }
         try migrator.migrate(queue)
         let identity = UInt64(bitPattern: try queue.read { try Int64.fetchOne($0, sql: "SELECT value FROM journal_meta WHERE key = 'identity'") } ?? 0)
         closeLog = useCloseLog ? try Self.openCloseLog(queue, path: path + "-close.log", capacity: closeLogCapacity, identity: identity) : nil
@@ -215,13 +230,22 @@ public final class UploadJournal: Sendable {
     /// The last id given out: a record given an id after this call gets a larger one.
     public var lastGivenID: Int64 { pending.withLock { $0.nextID - 1 } }
 
+    /// The last id given out, and the next one skipped: whatever reads `lastGivenID` after this
+    /// call reads a larger number than it returns (a move's mark, `Move.carries`).
+    func lastGivenSkippingOne() -> Int64 {
+        pending.withLock { p in
+            defer { p.nextID += 1 }
+            return p.nextID - 1
+        }
+    }
+
     // MARK: - Transactions
 
     /// Runs `body` in one transaction, its commit synced or not (`synchronous = NORMAL` for this
     /// commit alone: the WAL is written in order, so the next synced commit, or `makeDurable`,
     /// makes it durable too). The rows pending from the close log go in first; `allocating` ids
     /// are given out with them, at once, for `body`'s own inserts.
-    private func transaction<T>(synced: Bool, allocating n: Int = 0, _ body: (Database, [Int64]) throws -> T) throws -> T {
+    func transaction<T>(synced: Bool, allocating n: Int = 0, _ body: (Database, [Int64]) throws -> T) throws -> T {
         if failWrites.load(ordering: .relaxed) { throw FSError.io("the journal's disk failed (a fault put in by a test)") }
         var taken = 0
         let result = try db.writeWithoutTransaction { db -> T in
@@ -652,7 +676,7 @@ public final class UploadJournal: Sendable {
 
     /// A column's value, or nil when it is NULL or of another type: GRDB's `row[column]` traps on
     /// a value it cannot convert (text in a number's column, bytes that are not UTF-8 in a text's).
-    private static func value<T: DatabaseValueConvertible>(_ row: Row, _ column: String) -> T? {
+    static func value<T: DatabaseValueConvertible>(_ row: Row, _ column: String) -> T? {
         (try? row.decode(T?.self, forColumn: column)) ?? nil
     }
 
@@ -704,9 +728,11 @@ public final class UploadJournal: Sendable {
     /// `retarget` of many records in one commit (a folder's move carries all its queued records:
     /// a commit each was an fsync each, and a crash between two left the folder's records split
     /// between its old and new paths).
-    public func retarget(_ moves: [(id: Int64, location: Location)]) throws {
-        guard !moves.isEmpty else { return }
+    /// `endingMove`: the move (`beginMove`) these records follow, forgotten in the same commit.
+    public func retarget(_ moves: [(id: Int64, location: Location)], endingMove move: Int64? = nil) throws {
+        guard !moves.isEmpty || move != nil else { return }
         try transaction(synced: true) { db, _ in
+            if let move { try db.cachedStatement(sql: "DELETE FROM moves WHERE id = ?").execute(arguments: [move]) }
             let statement = try db.cachedStatement(sql: "UPDATE uploads SET namespace = ?, path = ?, session = NULL WHERE id = ?")
             for (id, location) in moves {
                 guard let ns = location.namespace else { continue }

@@ -44,7 +44,7 @@ public actor UploadQueue {
         }
     }
 
-    let journal: UploadJournal
+    nonisolated let journal: UploadJournal
     let store: any ObjectStore
     let parallelism: Int
     let chunkSize: Int64
@@ -224,24 +224,41 @@ public actor UploadQueue {
             table[r.id] = r
             if r.isDeletion { deletions.append(r.id) }
         }
-        // Several uploads of one path (a file written again while its upload ran): the newest
-        // has the content close last returned for, and the older ones, none of them running
-        // now, are superseded — as `submit` drops older uploads not yet running. Newest by when
-        // its content was set (`contentOrder`), not by id: a held record a later close changed
-        // is newer than a snapshot of the file queued while it was open. Their local copies, no
-        // longer named, are collected with the other spares.
-        var newest: [Location: UploadJournal.Record] = [:]
-        for r in table.values where !r.isDeletion {
-            if let n = newest[r.location], n.contentOrder >= r.contentOrder { continue }
-            newest[r.location] = r
-        }
-        let superseded = table.values.filter { !$0.isDeletion && newest[$0.location]?.id != $0.id }.map(\.id)
+        order = table.keys.sorted()
+        deletionOrder = deletions.sorted()
+        // Not under a move left unfinished: two records of one path there may be one the move
+        // carries and one made after it under the old name, for two paths once it is settled.
+        let superseded = Self.superseded(in: table.values, outside: try journal.moves().flatMap { [$0.from, $0.to] })
         if !superseded.isEmpty {
             try journal.delete(superseded)
             for id in superseded { table[id] = nil }
         }
-        order = table.keys.sorted()
-        deletionOrder = deletions.sorted()
+    }
+
+    /// Several uploads of one path left by the last mount (a file written again while its upload
+    /// ran): the newest has the content close last returned for, and the older ones, none of them
+    /// running now, are superseded — as `submit` drops older uploads not yet running. Newest by when
+    /// its content was set (`contentOrder`), not by id: a held record a later close changed is
+    /// newer than a snapshot of the file queued while it was open. Their local copies, no longer
+    /// named, are collected with the other spares. For the start only (before anything is sent
+    /// or written here), and again once the moves left unfinished are settled (`settleMove`),
+    /// leaving out the paths of those still left.
+    public func dropSuperseded(outside moving: [Location]) throws {
+        let superseded = Self.superseded(in: records.values, outside: moving)
+        if !superseded.isEmpty {
+            try journal.delete(superseded)
+            for id in superseded { records[id] = nil }
+        }
+    }
+
+    private static func superseded(in records: some Collection<UploadJournal.Record>, outside moving: [Location]) -> [Int64] {
+        var newest: [Location: UploadJournal.Record] = [:]
+        let candidates = records.filter { r in !r.isDeletion && !moving.contains { r.location.isWithin($0) } }
+        for r in candidates {
+            if let n = newest[r.location], n.contentOrder >= r.contentOrder { continue }
+            newest[r.location] = r
+        }
+        return candidates.filter { newest[$0.location]?.id != $0.id }.map(\.id)
     }
 
     /// The uploads the journal holds on start-up, for the engine to show as pending files.
@@ -620,7 +637,8 @@ public actor UploadQueue {
     /// Moves records to new paths in one journal commit: a move's records, held back under its
     /// pause (one running, which a move stopped before, goes the way of `retarget`). Sessions are
     /// dropped, as `retarget` drops them.
-    public func relocate(_ moves: [(id: Int64, location: Location)]) async {
+    /// `endingMove`: the journaled move (`UploadJournal.Move`) these follow, forgotten in the same commit.
+    public func relocate(_ moves: [(id: Int64, location: Location)], endingMove move: Int64? = nil) async {
         var quiet: [(id: Int64, location: Location)] = []
         for (id, location) in moves {
             if running[id] != nil {
@@ -641,11 +659,31 @@ public actor UploadQueue {
         // keeps that.
         quiet = quiet.compactMap { m in records[m.id].map { (m.id, $0.location) } }
         do {
-            try journal.retarget(quiet)
+            try journal.retarget(quiet, endingMove: move)
         } catch {
-            logger.error("\(quiet.count) uploads moved to new paths could not be journaled (a mount after a crash sends them to their old ones): \(error)")
+            logger.error("\(quiet.count) uploads moved to new paths could not be journaled (a mount after a crash asks the server where they go): \(error)")
         }
         wake.signal()
+    }
+
+    /// A move the last mount left unfinished (`UploadJournal.Move`), settled before anything is
+    /// sent: when the server did it, the records it carries follow it, in the commit that
+    /// forgets it. Returns those moved, from and to.
+    public func settleMove(_ move: UploadJournal.Move, happened: Bool) throws -> [(id: Int64, from: Location, to: Location)] {
+        var moved: [(id: Int64, from: Location, to: Location)] = []
+        if happened {
+            for r in records.values.sorted(by: { $0.id < $1.id }) where running[r.id] == nil {
+                if let to = move.destination(of: r) { moved.append((r.id, r.location, to)) }
+            }
+        }
+        try journal.retarget(moved.map { ($0.id, $0.to) }, endingMove: move.id)
+        for m in moved {
+            abandon(records[m.id]?.session)
+            records[m.id]?.session = nil
+            records[m.id]?.location = m.to
+        }
+        wake.signal()
+        return moved
     }
 
     /// Stops the uploads running at or under `locations` where they are (a move begins there:

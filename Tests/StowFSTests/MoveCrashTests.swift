@@ -1,0 +1,386 @@
+import Foundation
+import NIOCore
+import StorageClient
+import StorageProtocol
+import Synchronization
+import Testing
+@testable import StowFS
+
+/// A flag set once, waited for with a deadline.
+private final class Flag: Sendable {
+    private let value = Mutex(false)
+    func set() { value.withLock { $0 = true } }
+    var isSet: Bool { value.withLock { $0 } }
+    /// Waits until set, or fails the test after 20 s.
+    func wait(_ what: String, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        let deadline = ContinuousClock.now + .seconds(20)
+        while !isSet {
+            guard ContinuousClock.now < deadline else {
+                Issue.record("\(what) did not happen within 20 s", sourceLocation: sourceLocation)
+                throw CancellationError()
+            }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+    }
+}
+
+/// Never returns: where a crash stopped the mount, for the task that reaches it.
+private func hangForever() async {
+    await withUnsafeContinuation { (_: UnsafeContinuation<Void, Never>) in }
+}
+
+private func notOnServer(_ store: any ObjectStore, _ path: String) async -> Bool {
+    do {
+        _ = try await store.record(ns, try StoragePath(path))
+        return false
+    } catch {
+        return (error as? StorageError)?.kind == .notFound
+    }
+}
+
+private func cacheFolder() -> String {
+    FileManager.default.temporaryDirectory.path + "/stowfs-move-crash-\(UUID().uuidString.prefix(8))"
+}
+
+/// A mount over `store` with `A/x` stored as "old".
+private func mountWithStoredA(_ store: any ObjectStore, _ dir: String) async throws -> Harness {
+    let first = try await Harness.make(store: store, cacheDirectory: dir)
+    try await first.mkdir("A")
+    try await first.write("A/x", "old")
+    await first.fs.sync()
+    return first
+}
+
+/// `A` renamed to `B`; in the moment after the server's rename, `A/x` closed as "new" (owed at
+/// the old path), and the mount crashed there.
+private func crashAfterServerRename(_ store: any ObjectStore, _ dir: String) async throws {
+    let crashed = Flag()
+    let first = try await mountWithStoredA(store, dir)
+    first.fs.afterServerMove.withLock {
+        $0 = { @Sendable in
+            try? await first.write("A/x", "new")
+            crashed.set()
+            await hangForever()
+        }
+    }
+    Task { try? await first.rename("A", "B") }
+    try await crashed.wait("the server's rename")
+    await first.close(keepCache: true)
+}
+
+/// A crash in the middle of a folder's move or an exchange: after the server did it, before the
+/// records it carries followed here. The mount that comes next asks the server where the moved
+/// inode is (`StowFileSystem.settleMoves`). Each crash is a task that never goes on from a test
+/// hook; the next mount opens the same cache folder, as `DurabilityTests` do.
+@Suite("engine: a crash in the middle of a folder's move or an exchange")
+struct MoveCrashTests {
+    @Test("a folder renamed, a crash after the server's rename: what was owed under it lands under the new name, and the old folder does not come back")
+    func renameThenCrash() async throws {
+        let store = InMemoryObjectStore(namespaces: [ns])
+        let dir = cacheFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try await crashAfterServerRename(store, dir)
+        let second = try await Harness.make(store: store, cacheDirectory: dir)
+        await second.fs.sync()
+        #expect(try await second.stored("B/x") == "new")
+        #expect(await notOnServer(store, "A"))
+        #expect(try await second.names("") == ["B"])
+        #expect(await second.fs.status().queue.files == 0)
+        #expect(try second.fs.queue.journal.moves().isEmpty)
+        await second.close()
+    }
+
+    /// The crash after the names changed here, with a folder made since at the old name and a
+    /// file written in it: that file stays where it was written; what the move carries goes.
+    /// `name`: the file written in the folder made again; "x" is the name the move carries too
+    /// (two records of one path at the next start, one for each folder).
+    @Test("a folder renamed, the old name made again and written in, then a crash: each file lands in its own folder", arguments: ["y", "x"])
+    func renameMarkedThenCrash(name: String) async throws {
+        let store = InMemoryObjectStore(namespaces: [ns])
+        let dir = cacheFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let crashed = Flag()
+        do {
+            let first = try await mountWithStoredA(store, dir)
+            first.fs.afterServerMove.withLock { $0 = { @Sendable in try? await first.write("A/x", "new") } }
+            first.fs.afterMovedHere.withLock {
+                $0 = { @Sendable in
+                    do {
+                        try await first.mkdir("A")
+                        try await first.write("A/\(name)", "fresh")
+                    } catch {
+                        Issue.record("A made again: \(error)")
+                    }
+                    crashed.set()
+                    await hangForever()
+                }
+            }
+            Task { try? await first.rename("A", "B") }
+            try await crashed.wait("the names changed here")
+            await first.close(keepCache: true)
+        }
+        let second = try await Harness.make(store: store, cacheDirectory: dir)
+        await second.fs.sync()
+        #expect(try await second.stored("B/x") == "new")
+        #expect(try await second.stored("A/\(name)") == "fresh")
+        if name != "x" {
+            #expect(await notOnServer(store, "B/\(name)"))
+            #expect(await notOnServer(store, "A/x"))
+        }
+        #expect(try await second.names("A") == [name])
+        #expect(try await second.names("B") == ["x"])
+        await second.close()
+    }
+
+    /// Two moves in the moment between a server's rename and the names here: `A/C` renamed to
+    /// `A/D`, and in that moment `A` renamed to `E`. The server has `E/D`; the first move's paths
+    /// are at neither place until the second one, settled, moves them.
+    @Test("a folder renamed inside a folder renamed in the same moment, then a crash: what was owed lands where the server has the folder")
+    func nestedRenamesThenCrash() async throws {
+        let store = InMemoryObjectStore(namespaces: [ns])
+        let dir = cacheFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let crashed = Flag()
+        do {
+            let first = try await Harness.make(store: store, cacheDirectory: dir)
+            try await first.mkdir("A")
+            try await first.mkdir("A/C")
+            try await first.write("A/C/x", "old")
+            await first.fs.sync()
+            let calls = Mutex(0)
+            first.fs.afterServerMove.withLock {
+                $0 = { @Sendable in
+                    let call = calls.withLock { c in
+                        c += 1
+                        return c
+                    }
+                    if call == 1 {
+                        try? await first.write("A/C/x", "new")
+                        Task { try? await first.rename("A", "E") }
+                    } else {
+                        crashed.set()
+                    }
+                    await hangForever()
+                }
+            }
+            Task { try? await first.rename("A/C", "A/D") }
+            try await crashed.wait("the second server's rename")
+            #expect(try first.fs.queue.journal.moves().count == 2)
+            await first.close(keepCache: true)
+        }
+        #expect(try await store.record(ns, try StoragePath("E/D")).kind == .directory)
+        let second = try await Harness.make(store: store, cacheDirectory: dir)
+        await second.fs.sync()
+        #expect(try await second.stored("E/D/x") == "new")
+        #expect(await notOnServer(store, "E/C"))
+        #expect(await notOnServer(store, "A"))
+        #expect(try second.fs.queue.journal.moves().isEmpty)
+        await second.close()
+    }
+
+    /// A release under way when the names changed: it took the content (and read the old path)
+    /// before, and writes its record after, with a larger id than the move's mark. The move carries
+    /// it (`UploadJournal.Move.carries`, by the last id given when the content was taken).
+    @Test("a folder renamed while a file's release was under way, then a crash: the release's record follows the move")
+    func renameOverReleaseThenCrash() async throws {
+        let store = InMemoryObjectStore(namespaces: [ns])
+        let dir = cacheFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let crashed = Flag(), taken = Flag(), go = Flag(), written = Flag()
+        do {
+            let first = try await mountWithStoredA(store, dir)
+            let fs = first.fs
+            // Nothing is sent from here on, so that a record after x's keeps x's from staying in place at release.
+            await fs.pauseUploads()
+            let x = try await first.resolve("A/x")
+            let h = try await fs.open(x, write: true, truncate: true).handle
+            _ = try fs.write(x, handle: h, offset: 0, bytes: Array("new".utf8))
+            try await fs.flush(x, handle: h)
+            try await first.write("z", "after x")
+            let once = Mutex(false)
+            fs.afterTake.withLock {
+                $0 = { @Sendable in
+                    guard once.withLock({ r in defer { r = true }; return !r }) else { return }
+                    taken.set()
+                    try? await go.wait("the move's mark")
+                }
+            }
+            fs.afterMovedHere.withLock {
+                $0 = { @Sendable in
+                    crashed.set()
+                    await hangForever()
+                }
+            }
+            Task {
+                await fs.release(x, handle: h)
+                written.set()
+            }
+            try await taken.wait("the release's take")
+            Task { try? await first.rename("A", "B") }
+            // The names changed here, with the release's take watched by the move.
+            let deadline = ContinuousClock.now + .seconds(20)
+            while fs.state.withLock({ $0.watchedTakes.isEmpty }), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(2)) }
+            #expect(!fs.state.withLock { $0.watchedTakes.isEmpty })
+            go.set()
+            try await written.wait("the release's record")
+            try await crashed.wait("the move's records looked for")
+            let marked = try fs.queue.journal.moves()
+            #expect(marked.count == 1 && marked.first?.mark != nil)
+            // The record the release wrote came after the mark: only its content's age says it goes.
+            let after = try fs.queue.journal.all().filter { $0.location.path.string == "A/x" }
+            #expect(after.count == 1 && after.allSatisfy { $0.id > marked.first?.mark ?? .max })
+            await first.close(keepCache: true)
+        }
+        let second = try await Harness.make(store: store, cacheDirectory: dir)
+        await second.fs.sync()
+        #expect(try await second.stored("B/x") == "new")
+        #expect(try await second.stored("z") == "after x")
+        #expect(await notOnServer(store, "A"))
+        await second.close()
+    }
+
+    @Test("two folders exchanged, a crash after the server's swap: what was owed on one side lands on that side, not over the other's file")
+    func exchangeThenCrash() async throws {
+        let store = InMemoryObjectStore(namespaces: [ns])
+        let dir = cacheFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let crashed = Flag()
+        do {
+            let first = try await Harness.make(store: store, cacheDirectory: dir)
+            try await first.mkdir("A")
+            try await first.mkdir("B")
+            try await first.write("A/x", "a")
+            try await first.write("B/x", "b")
+            await first.fs.sync()
+            first.fs.afterServerMove.withLock {
+                $0 = { @Sendable in
+                    try? await first.write("A/x", "a2")
+                    crashed.set()
+                    await hangForever()
+                }
+            }
+            Task { try? await first.rename("A", "B", exchange: true) }
+            try await crashed.wait("the server's swap")
+            await first.close(keepCache: true)
+        }
+        let second = try await Harness.make(store: store, cacheDirectory: dir)
+        await second.fs.sync()
+        #expect(try await second.stored("B/x") == "a2")
+        #expect(try await second.stored("A/x") == "b")
+        #expect(try await second.text("A/x") == "b")
+        await second.close()
+    }
+
+    /// The crash came after the move was journaled and before the server did it (or the server
+    /// refused it): the records stay at the paths they name, and the move is forgotten.
+    @Test("a crash after a folder's move was journaled and before the server did it: what was owed lands at the old name")
+    func journaledNotDoneThenCrash() async throws {
+        let store = InMemoryObjectStore(namespaces: [ns])
+        let dir = cacheFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        do {
+            let first = try await mountWithStoredA(store, dir)
+            await first.fs.pauseUploads()
+            try await first.write("A/x", "new")
+            let inode = try await first.storedRecord("A").inode
+            _ = try first.fs.queue.journal.beginMove(
+                from: Location(namespace: ns, path: try StoragePath("A")), to: Location(namespace: ns, path: try StoragePath("B")),
+                exchange: false, inode: inode)
+            await first.close(keepCache: true)
+        }
+        let second = try await Harness.make(store: store, cacheDirectory: dir)
+        #expect(try second.fs.queue.journal.moves().isEmpty)
+        await second.fs.sync()
+        #expect(try await second.stored("A/x") == "new")
+        #expect(await notOnServer(store, "B"))
+        await second.close()
+    }
+
+    /// After the mark, a file closed on the other side, at the name it has now: it stays there.
+    @Test("two folders exchanged, a file closed on each side, one before the names changed here and one after, then a crash: each lands on its own side")
+    func exchangeMarkedThenCrash() async throws {
+        let store = InMemoryObjectStore(namespaces: [ns])
+        let dir = cacheFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let crashed = Flag()
+        do {
+            let first = try await Harness.make(store: store, cacheDirectory: dir)
+            try await first.mkdir("A")
+            try await first.mkdir("B")
+            try await first.write("A/x", "a")
+            try await first.write("B/x", "b")
+            await first.fs.sync()
+            first.fs.afterServerMove.withLock { $0 = { @Sendable in try? await first.write("A/x", "a2") } }
+            first.fs.afterMovedHere.withLock {
+                $0 = { @Sendable in
+                    // The folder named A now is B's: its x is "b" until this.
+                    try? await first.write("A/x", "b2")
+                    crashed.set()
+                    await hangForever()
+                }
+            }
+            Task { try? await first.rename("A", "B", exchange: true) }
+            try await crashed.wait("the names changed here")
+            await first.close(keepCache: true)
+        }
+        let second = try await Harness.make(store: store, cacheDirectory: dir)
+        await second.fs.sync()
+        #expect(try await second.stored("B/x") == "a2")
+        #expect(try await second.stored("A/x") == "b2")
+        await second.close()
+    }
+
+    /// A move that went its whole way, or that the server refused, leaves nothing in the journal
+    /// (left there, a later mount would ask about it again).
+    @Test("folder renames and exchanges, done and refused, leave no move in the journal")
+    func movesLeaveTheJournal() async throws {
+        let faulty = FaultInjectingObjectStore(wrapping: InMemoryObjectStore(namespaces: [ns]))
+        let h = try await Harness.make(store: faulty)
+        try await h.mkdir("A")
+        try await h.mkdir("B")
+        try await h.write("A/x", "a")
+        try await h.write("B/x", "b")
+        try await h.rename("A", "C")
+        try await h.rename("C", "B", exchange: true)
+        try await h.write("f", "1")
+        try await h.write("g", "2")
+        try await h.rename("f", "g", exchange: true)
+        #expect(try h.fs.queue.journal.moves().isEmpty)
+        faulty.failNext(1, of: .rename, with: StorageError(.conflict, "refused by a test", status: 409))
+        await #expect(throws: (any Error).self) { try await h.rename("B", "D") }
+        #expect(try h.fs.queue.journal.moves().isEmpty)
+        await h.fs.sync()
+        #expect(try await h.stored("C/x") == "b")
+        #expect(try await h.stored("B/x") == "a")
+        #expect(try await h.stored("f") == "2")
+        await h.close()
+    }
+
+    /// The next mount cannot ask the server at first: what the move could carry waits, and goes
+    /// once the server answers.
+    @Test("a crash after a folder's rename, and a server that does not answer the next mount's question at first: the owed file waits, then lands under the new name")
+    func renameThenCrashUnanswered() async throws {
+        let store = InMemoryObjectStore(namespaces: [ns])
+        let dir = cacheFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try await crashAfterServerRename(store, dir)
+        let faulty = FaultInjectingObjectStore(wrapping: store)
+        // The start's question and the first one asked again fail.
+        faulty.failNext(2, of: .record)
+        let second = try await Harness.make(store: faulty, cacheDirectory: dir)
+        #expect(second.fs.movesLeft.withLock { $0.count } == 1)
+        // Marked at the start with the last mount's last id: records made here are not the move's.
+        #expect(try second.fs.queue.journal.moves().first?.mark != nil)
+        let deadline = ContinuousClock.now + .seconds(20)
+        while second.fs.movesLeft.withLock({ !$0.isEmpty }), ContinuousClock.now < deadline {
+            // Held meanwhile: nothing lands at the old path.
+            #expect(await notOnServer(store, "A"))
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(second.fs.movesLeft.withLock { $0.isEmpty })
+        await second.fs.sync()
+        #expect(try await second.stored("B/x") == "new")
+        #expect(await notOnServer(store, "A"))
+        await second.close()
+    }
+}
