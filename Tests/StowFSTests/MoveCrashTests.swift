@@ -51,6 +51,17 @@ private func mountWithStoredA(_ store: any ObjectStore, _ dir: String) async thr
     return first
 }
 
+/// A mount over `store` with `A/x` stored as "a" and `B/x` as "b".
+private func mountWithTwoFolders(_ store: any ObjectStore, _ dir: String) async throws -> Harness {
+    let first = try await Harness.make(store: store, cacheDirectory: dir)
+    try await first.mkdir("A")
+    try await first.mkdir("B")
+    try await first.write("A/x", "a")
+    try await first.write("B/x", "b")
+    await first.fs.sync()
+    return first
+}
+
 /// `A` renamed to `B`; in the moment after the server's rename, `A/x` closed as "new" (owed at
 /// the old path), and the mount crashed there.
 private func crashAfterServerRename(_ store: any ObjectStore, _ dir: String) async throws {
@@ -246,12 +257,7 @@ struct MoveCrashTests {
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let crashed = Flag()
         do {
-            let first = try await Harness.make(store: store, cacheDirectory: dir)
-            try await first.mkdir("A")
-            try await first.mkdir("B")
-            try await first.write("A/x", "a")
-            try await first.write("B/x", "b")
-            await first.fs.sync()
+            let first = try await mountWithTwoFolders(store, dir)
             first.fs.afterServerMove.withLock {
                 $0 = { @Sendable in
                     try? await first.write("A/x", "a2")
@@ -304,12 +310,7 @@ struct MoveCrashTests {
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let crashed = Flag()
         do {
-            let first = try await Harness.make(store: store, cacheDirectory: dir)
-            try await first.mkdir("A")
-            try await first.mkdir("B")
-            try await first.write("A/x", "a")
-            try await first.write("B/x", "b")
-            await first.fs.sync()
+            let first = try await mountWithTwoFolders(store, dir)
             first.fs.afterServerMove.withLock { $0 = { @Sendable in try? await first.write("A/x", "a2") } }
             first.fs.afterMovedHere.withLock {
                 $0 = { @Sendable in
