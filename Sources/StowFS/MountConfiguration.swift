@@ -45,6 +45,9 @@ public struct MountConfiguration: Sendable {
     /// An exchange whose answer did not come: how long the server is asked whether it swapped
     /// (both sides' uploads wait meanwhile) before it is taken as not made.
     public var exchangeOutcomeWait: Duration = .seconds(30)
+    /// How often a move the last mount left unfinished is asked about again while the server
+    /// does not answer (`StowFileSystem.settleMovesLeft`).
+    public var movesLeftRetry: Duration = .seconds(2)
     /// Defaults for inodes that carry no owner or mode.
     public var defaultUID: UInt32 = 0
     public var defaultGID: UInt32 = 0

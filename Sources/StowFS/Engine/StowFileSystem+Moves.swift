@@ -53,67 +53,50 @@ extension StowFileSystem {
         return held
     }
 
-    /// Settles what it can of `moves` (oldest first): asks the server where each moved inode is
-    /// (`moveOutcome`) and, when it did the move, moves the records it carries. A move done
-    /// moves the paths of those still to settle that lie under it (a folder renamed inside one
-    /// renamed after, or one renamed again). One whose inode is at neither path is asked again
-    /// after the others, since one of those may explain it, and taken as not done when none
-    /// does. Returns the moves the server did not answer for (their paths as they are now), and
-    /// the records moved.
+    /// Settles `moves` (the journal's, oldest first), or none of them: asks the server where each
+    /// moved inode is (`moveOutcome`), newest first, each where the moves after it that the
+    /// server did would have taken it (a folder renamed inside one renamed after it, or renamed
+    /// again: the server did them in that order); then, oldest first, moves the records each move
+    /// the server did carries, and forgets each. An inode at neither place (moved since by
+    /// another client, or removed) is taken as not moved, and its records stay where they are.
+    /// When one is not answered, the moves before it cannot be told, and nothing is settled.
+    /// Returns the moves left (all or none) and the records moved.
     static func settle(_ moves: [UploadJournal.Move], _ queue: UploadQueue, _ store: any ObjectStore, logger: Logger) async
         -> (left: [UploadJournal.Move], moved: [(id: Int64, from: Location, to: Location)])
     {
-        var pending = moves
-        var moved: [(id: Int64, from: Location, to: Location)] = []
-        var last: [Int64: MoveOutcome] = [:]
-        var finalRound = false
-        while !pending.isEmpty {
-            var progress = false
-            var i = 0
-            while i < pending.count {
-                let move = pending[i]
-                var outcome = await moveOutcome(store, move)
-                last[move.id] = outcome
-                if finalRound, outcome == .neither {
-                    logger.warning("\(describe(move)): what moved is at neither path now; its uploads go to the paths they name")
-                    outcome = .done(false)
-                }
-                guard case .done(let happened) = outcome else {
-                    i += 1
-                    continue
-                }
-                do {
-                    let these = try await queue.settleMove(move, happened: happened)
-                    moved += these
-                    logger.notice("\(describe(move)): \(happened ? "the server did it; \(these.count) upload(s) follow" : "not done on the server")")
-                } catch {
-                    logger.error("\(describe(move)) cannot be settled: \(error)")
-                    last[move.id] = .unanswered
-                    i += 1
-                    continue
-                }
-                pending.remove(at: i)
-                progress = true
-                guard happened else { continue }
-                for j in pending.indices {
-                    var m = pending[j]
-                    m.from = move.rebase(m.from)
-                    m.to = move.rebase(m.to)
-                    guard m != pending[j] else { continue }
-                    pending[j] = m
-                    do {
-                        try queue.journal.updateMove(m)
-                    } catch {
-                        logger.error("\(describe(m)): its paths after \(describe(move)) could not be journaled: \(error)")
-                    }
-                }
+        var done: [Int64: Bool] = [:]
+        var after: [UploadJournal.Move] = []  // the later moves the server did, oldest first
+        for move in moves.sorted(by: { $0.id > $1.id }) {
+            var there = move
+            for later in after {
+                there.from = later.rebase(there.from)
+                there.to = later.rebase(there.to)
             }
-            if progress { continue }
-            // Nothing settled this round: those at neither path are taken as not done (once).
-            guard !finalRound, pending.contains(where: { last[$0.id] == .neither }) else { break }
-            finalRound = true
+            switch await moveOutcome(store, there) {
+            case .unanswered:
+                return (moves, [])
+            case .neither:
+                logger.warning("\(describe(move)): what moved is at neither path now; its uploads go to the paths they name")
+                done[move.id] = false
+            case .done(let happened):
+                done[move.id] = happened
+                if happened { after.insert(move, at: 0) }
+            }
         }
-        return (pending, moved)
+        var moved: [(id: Int64, from: Location, to: Location)] = []
+        for (i, move) in moves.sorted(by: { $0.id < $1.id }).enumerated() {
+            let happened = done[move.id] ?? false
+            do {
+                let these = try await queue.settleMove(move, happened: happened)
+                moved += these
+                logger.notice("\(describe(move)): \(happened ? "the server did it; \(these.count) upload(s) follow" : "not done on the server")")
+            } catch {
+                // The later ones wait (the journal failed; the next start asks again).
+                logger.error("\(describe(move)) cannot be settled: \(error)")
+                return (Array(moves.sorted(by: { $0.id < $1.id })[i...]), moved)
+            }
+        }
+        return ([], moved)
     }
 
     private static func describe(_ move: UploadJournal.Move) -> String {
@@ -135,34 +118,37 @@ extension StowFileSystem {
         return .neither
     }
 
-    /// Settles the moves `settleMoves` left, asking again every 2 s until the server answers;
-    /// each settled lets what it held go, at the paths it now has.
+    /// Settles the moves `settleMoves` left (asked once already), asking again every
+    /// `movesLeftRetry` until the server answers; once settled, what they held goes, at the
+    /// paths it now has.
     func settleMovesLeft() async {
         while !Task.isCancelled {
-            let before = movesLeft.withLock { $0 }
-            if before.isEmpty { return }
-            let (left, moved) = await Self.settle(before.map(\.move), queue, store, logger: logger)
-            state.withLock { s in
-                // The files shown for recovered uploads follow their records.
-                let shown = moved.compactMap { m in s.recovered[m.from].flatMap { $0.id == m.id ? (m, $0) : nil } }
-                for (m, _) in shown { s.recovered[m.from] = nil }
-                for (m, r) in shown {
-                    var r = r
-                    r.location = m.to
-                    s.recovered[m.to] = r
+            try? await Task.sleep(for: configuration.movesLeftRetry)
+            let left = movesLeft.withLock { $0 }
+            if left.isEmpty { return }
+            let (still, _) = await Self.settle(left.map(\.move), queue, store, logger: logger)
+            let stillIDs = Set(still.map(\.id))
+            movesLeft.withLock { $0 = left.filter { stillIDs.contains($0.move.id) } }
+            if still.isEmpty {
+                // The last mount's records that two of one path now make (held back at the start).
+                do {
+                    try await queue.dropSuperseded(outside: [])
+                } catch {
+                    logger.error("the uploads superseded at the moves' paths could not be dropped: \(error)")
                 }
-            }
-            let leftIDs = Set(left.map(\.id))
-            movesLeft.withLock { list in
-                list = before.filter { leftIDs.contains($0.move.id) }.map { m in
-                    MoveLeft(move: left.first { $0.id == m.move.id } ?? m.move, held: m.held)
+                // The files of the recovered uploads held back show, at their paths now (behind a
+                // file written there meanwhile, which is newer and is sent after them).
+                var shown: [UploadJournal.Record] = []
+                for id in recoveredHeld.withLock({ $0 }) { if let r = await queue.record(id) { shown.append(r) } }
+                state.withLock { s in
+                    for r in shown where s.recovered[r.location] == nil { s.recovered[r.location] = r }
                 }
+                recoveredHeld.withLock { $0 = [] }
             }
-            for m in before where !leftIDs.contains(m.move.id) {
+            for m in left where !stillIDs.contains(m.move.id) {
                 for location in m.held { await queue.resume(under: location) }
             }
-            if left.isEmpty { return }
-            try? await Task.sleep(for: .seconds(2))
+            if still.isEmpty { return }
         }
     }
 }

@@ -296,10 +296,42 @@ extension StowFileSystem {
         urls.forget(location)
     }
 
-    /// rename(2), with `RENAME_NOREPLACE` and `RENAME_EXCHANGE`.
+    /// rename(2), with `RENAME_NOREPLACE` and `RENAME_EXCHANGE`. A folder's move and an exchange
+    /// take turns (`moveTurn`), after the moves a crash left unfinished (`settleMovesLeft`): each
+    /// carries its records from the paths it read when it began, and a move of a path another
+    /// move's records still name (a folder moved again while the first move waits for a release)
+    /// would leave them there — and a crash in between would leave two journaled moves whose
+    /// order the server alone knows.
     public func rename(parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, noReplace: Bool = false, exchange: Bool = false) async throws(FSError) {
         try Self.validate(name: newName)
         guard !configuration.readOnly else { throw FSError.readOnly }
+        let src = try await findChild(parent, name)
+        guard exchange || state.withLock({ $0.inodes[src]?.kind == .directory }) else {
+            return try await renameNow(parent: parent, name: name, newParent: newParent, newName: newName, noReplace: noReplace, exchange: exchange)
+        }
+        do {
+            try await moveTurn.withLock(0) {
+                try await self.waitForMovesLeft()
+                try await self.renameNow(parent: parent, name: name, newParent: newParent, newName: newName, noReplace: noReplace, exchange: exchange)
+            }
+        } catch {
+            throw FSError.from(error)
+        }
+    }
+
+    /// Waits (up to 30 s) until the moves the last mount left are settled: what they carry must
+    /// reach its paths before a move here moves those paths again.
+    private func waitForMovesLeft() async throws(FSError) {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while !movesLeft.withLock({ $0.isEmpty }) {
+            guard ContinuousClock.now < deadline else {
+                throw FSError.io("a folder's move left unfinished by the last mount waits for the server's answer; no folder moves until then")
+            }
+            await Self.nap(.milliseconds(50))
+        }
+    }
+
+    private func renameNow(parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, noReplace: Bool, exchange: Bool) async throws(FSError) {
         let src = try await findChild(parent, name)
         let dst: InodeNumber?
         do {

@@ -60,6 +60,10 @@ public final class StowFileSystem: Sendable {
     /// (`settleMoves`): what they carry waits meanwhile.
     let movesLeft = Mutex<[MoveLeft]>([])
     let settlingMoves = Mutex<Task<Void, Never>?>(nil)
+    /// Uploads recovered from the journal at the paths of `movesLeft`, not shown until those are settled.
+    let recoveredHeld = Mutex<Set<Int64>>([])
+    /// Folder moves and exchanges, one at a time (`rename`); its one key is 0.
+    let moveTurn = InodeLocks()
     /// Tests: runs once a release has taken a file's content, before its record is written.
     let afterTake = Mutex<(@Sendable () async -> Void)?>(nil)
     /// Empty local copies for the next files written here: made ahead, or emptied after upload.
@@ -430,7 +434,17 @@ public final class StowFileSystem: Sendable {
         // (Offline, no question is asked: they wait for the server with what they carry.)
         let left = await Self.settleMoves(queue, store, ask: offlineTree == nil, logger: logger)
         let recovered = await queue.recovered
-        for r in recovered { s.recovered[r.location] = r }
+        // Not shown at a path a move left unfinished may carry it from (nor superseded by a file
+        // written there meanwhile): shown once the move is settled (`settleMovesLeft`).
+        let heldPaths = left.flatMap(\.held)
+        var hidden: Set<Int64> = []
+        for r in recovered {
+            if heldPaths.contains(where: { r.location.isWithin($0) }) {
+                hidden.insert(r.id)
+            } else {
+                s.recovered[r.location] = r
+            }
+        }
         // A name owed to the server shows its upload, not a kept listing's: its folder is listed
         // again (a folder with an upload owed is not kept whole, so this is a safeguard).
         if kept != nil { for r in recovered { Self.untrustKept(&s, r.location.path) } }
@@ -438,6 +452,7 @@ public final class StowFileSystem: Sendable {
         for r in deletions { if let d = r.deletion { Self.noteDeleteOwed(&s, id: r.id, d) } }
         state = Mutex(s)
         movesLeft.withLock { $0 = left }
+        recoveredHeld.withLock { $0 = hidden }
         if let kept {
             // What changed since the unmount goes as the feed's changes do; the follower goes on from
             // there. (A recall is of a names lease this mount does not hold.)

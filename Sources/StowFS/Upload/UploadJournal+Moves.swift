@@ -74,14 +74,6 @@ extension UploadJournal {
         }
     }
 
-    /// A move's paths moved by another move settled before it (nested or chained moves).
-    public func updateMove(_ move: Move) throws {
-        try transaction(synced: true) { db, _ in
-            try db.execute(
-                sql: "UPDATE moves SET from_path = ?, to_path = ? WHERE id = ?", arguments: [move.from.path.string, move.to.path.string, move.id])
-        }
-    }
-
     /// A move that did not happen (the server refused it): forgotten. Not synced: left after a
     /// crash, the next mount finds it not done.
     public func endMove(_ id: Int64) throws {
@@ -90,15 +82,23 @@ extension UploadJournal {
         }
     }
 
-    /// The moves left unfinished, oldest first. A damaged row (a path that does not parse) is
-    /// forgotten: its records stay where they are, as before moves were journaled. One the last
-    /// mount left without a mark (a crash before its names changed) is marked now, with the last
-    /// id it gave: records this mount makes at its old paths before it is settled are not its.
-    public func moves() throws -> [Move] {
+    /// At the start, before anything is written: the moves the last mount left without a mark (a
+    /// crash before their names changed here) are marked with the last id it gave (one skipped
+    /// after it), so that records this mount makes at their old paths before they are settled
+    /// are not theirs.
+    public func markMovesLeft() throws {
         let unmarked = try db.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM moves WHERE mark IS NULL") ?? 0 }
-        let mark = unmarked > 0 ? lastGivenSkippingOne() : nil
-        return try transaction(synced: unmarked > 0) { db, _ in
-            if let mark { try db.execute(sql: "UPDATE moves SET mark = ? WHERE mark IS NULL", arguments: [mark]) }
+        guard unmarked > 0 else { return }
+        let mark = lastGivenSkippingOne()
+        try transaction(synced: true) { db, _ in
+            try db.execute(sql: "UPDATE moves SET mark = ? WHERE mark IS NULL", arguments: [mark])
+        }
+    }
+
+    /// The moves left unfinished, oldest first. A damaged row (a path that does not parse) is
+    /// forgotten: its records stay where they are, as before moves were journaled.
+    public func moves() throws -> [Move] {
+        try transaction(synced: false) { db, _ in
             var out: [Move] = []
             var damaged: [Int64] = []
             for row in try Row.fetchAll(db, sql: "SELECT * FROM moves ORDER BY id") {

@@ -220,7 +220,11 @@ public final class UploadJournal: Sendable {
         let last = try queue.read { db in
             max(
                 try Int64.fetchOne(db, sql: "SELECT seq FROM sqlite_sequence WHERE name = 'uploads'") ?? 0,
-                try Int64.fetchOne(db, sql: "SELECT max(id) FROM uploads") ?? 0)
+                try Int64.fetchOne(db, sql: "SELECT max(id) FROM uploads") ?? 0,
+                // Past a move's mark and the id skipped after it (`markMove`): what this mount
+                // takes reads a last id larger than the mark (`Move.carries`). A mark no journal
+                // gives out is damage, and ignored.
+                (try Int64.fetchOne(db, sql: "SELECT max(mark) FROM moves WHERE mark < ?", arguments: [Self.idCeiling - 2]) ?? -1) + 1)
         }
         guard last < Self.idCeiling else { throw DatabaseError(message: "\(path) holds a record id (\(last)) no journal gives out") }
         pending = Mutex(Pending(nextID: last + 1))

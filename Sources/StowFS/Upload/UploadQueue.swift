@@ -45,6 +45,9 @@ public actor UploadQueue {
     }
 
     nonisolated let journal: UploadJournal
+    /// The last id the journal had given when this queue started: the last mount's records are
+    /// those up to it.
+    private let startLastID: Int64
     let store: any ObjectStore
     let parallelism: Int
     let chunkSize: Int64
@@ -210,6 +213,7 @@ public actor UploadQueue {
         self.parallelism = max(1, parallelism)
         self.chunkSize = chunkSize
         self.logger = logger
+        startLastID = journal.lastGivenID
         // Local copies whose bytes the journal kept (never fsynced) are made whole again first.
         try journal.restoreContents()
         var deletions: [Int64] = []
@@ -228,7 +232,8 @@ public actor UploadQueue {
         deletionOrder = deletions.sorted()
         // Not under a move left unfinished: two records of one path there may be one the move
         // carries and one made after it under the old name, for two paths once it is settled.
-        let superseded = Self.superseded(in: table.values, outside: try journal.moves().flatMap { [$0.from, $0.to] })
+        try journal.markMovesLeft()
+        let superseded = Self.superseded(in: table.values, outside: try journal.moves().flatMap { [$0.from, $0.to] }, upTo: startLastID)
         if !superseded.isEmpty {
             try journal.delete(superseded)
             for id in superseded { table[id] = nil }
@@ -244,16 +249,17 @@ public actor UploadQueue {
     /// or written here), and again once the moves left unfinished are settled (`settleMove`),
     /// leaving out the paths of those still left.
     public func dropSuperseded(outside moving: [Location]) throws {
-        let superseded = Self.superseded(in: records.values, outside: moving)
+        let superseded = Self.superseded(in: records.values, outside: moving, upTo: startLastID)
         if !superseded.isEmpty {
             try journal.delete(superseded)
             for id in superseded { records[id] = nil }
         }
     }
 
-    private static func superseded(in records: some Collection<UploadJournal.Record>, outside moving: [Location]) -> [Int64] {
+    /// Of the last mount's records (ids up to `upTo`): this mount's own are the engine's to supersede.
+    private static func superseded(in records: some Collection<UploadJournal.Record>, outside moving: [Location], upTo: Int64) -> [Int64] {
         var newest: [Location: UploadJournal.Record] = [:]
-        let candidates = records.filter { r in !r.isDeletion && !moving.contains { r.location.isWithin($0) } }
+        let candidates = records.filter { r in r.id <= upTo && !r.isDeletion && !moving.contains { r.location.isWithin($0) } }
         for r in candidates {
             if let n = newest[r.location], n.contentOrder >= r.contentOrder { continue }
             newest[r.location] = r
