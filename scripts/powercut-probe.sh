@@ -14,6 +14,10 @@
 # Exit 0 when every file closed before the cut reads back whole; 1 otherwise. S1 and S2 of
 # docs/SEMANTICS.md are what it checks. POWERCUT_DROP_LOG=1 removes the journal's close log after
 # the cut: the probe's control, which must fail.
+# POWERCUT_MOVE=1: the cut comes in the middle of `mv cut moved`, right after the server renamed
+# the folder and before the journal moved the records of its files (the mount's process ends
+# there: STOWFS_TEST_FAULT=exit-after-server-move); the files must come back under `moved/`, and
+# `cut` must not come back on the server (docs/SEMANTICS.md, S14).
 #
 # Uploads stay paused until after the cut: with them running, the cache folder also sees the
 # truncates and punched holes of copies reused after their upload and of the block cache's pack,
@@ -50,7 +54,7 @@ lazy_down() {
     fi
 }
 mount_fs() {
-    "$BIN/stowfs" mount pc "$R/mnt" --endpoint "$(head -1 "$R/endpoint")" --cache-dir "$R/lz/cache" --create --foreground \
+    env ${FAULT:+STOWFS_TEST_FAULT=$FAULT} "$BIN/stowfs" mount pc "$R/mnt" --endpoint "$(head -1 "$R/endpoint")" --cache-dir "$R/lz/cache" --create --foreground \
         --log-level warning >> "$R/mount.log" 2>&1 &
     MOUNT=$!
     for _ in $(seq 1 150); do mountpoint -q "$R/mnt" && return 0; sleep 0.1; done
@@ -95,15 +99,25 @@ PY
 SERVER=$!
 for _ in $(seq 1 100); do [ -s "$R/endpoint" ] && break; sleep 0.1; done
 lazy_up
+FAULT=${POWERCUT_MOVE:+exit-after-server-move}
 mount_fs
+FAULT=
 "$BIN/stowfs" pause "$R/mnt" > /dev/null
 mkdir "$R/mnt/cut"
 # Each file written and closed (cp closes each before the next).
 cp "$R"/src/* "$R/mnt/cut/"
 echo "wrote $FILES files, each closed, uploads paused"
+WANT=cut
+if [ -n "${POWERCUT_MOVE:-}" ]; then
+    WANT=moved
+    if mv "$R/mnt/cut" "$R/mnt/moved" 2> /dev/null; then echo "mv went through: the fault did not fire" >&2; exit 1; fi
+    for _ in $(seq 1 100); do kill -0 "$MOUNT" 2> /dev/null || break; sleep 0.1; done
+    grep -q "the process ends now" "$R/mount.log" || { echo "the mount did not end at the fault:" >&2; tail -5 "$R/mount.log" >&2; exit 1; }
+    echo "mv cut moved: the mount's process ended right after the server's rename"
+fi
 
 # The cut.
-kill -9 "$MOUNT"
+kill -9 "$MOUNT" 2> /dev/null || true
 wait "$MOUNT" 2> /dev/null || true
 MOUNT=
 fusermount3 -uz "$R/mnt" 2> /dev/null || true
@@ -139,9 +153,13 @@ MOUNT=
     --log-level warning >> "$R/mount.log" 2>&1 &
 MOUNT=$!
 for _ in $(seq 1 150); do mountpoint -q "$R/mnt" && break; sleep 0.1; done
-python3 - "$R/src" "$R/mnt/cut" << 'PY'
+python3 - "$R/src" "$R/mnt/$WANT" "$R/mnt" << 'PY'
 import os, sys
-src, got = sys.argv[1], sys.argv[2]
+src, got, root = sys.argv[1], sys.argv[2], sys.argv[3]
+print(f"folders on the server: {sorted(os.listdir(root))}")
+if sorted(os.listdir(root)) != [os.path.basename(got)]:
+    print("the server should hold that one folder only")
+    sys.exit(1)
 names = sorted(os.listdir(src))
 missing = [n for n in names if not os.path.exists(os.path.join(got, n))]
 wrong = [n for n in names if n not in missing

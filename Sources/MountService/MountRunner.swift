@@ -111,6 +111,11 @@ public enum MountRunner {
             config.bandwidth = bandwidth
             config.startOffline = offline
             let engine = try await StowFileSystem(configuration: config, store: store, logger: logger)
+            if let name = ProcessInfo.processInfo.environment["STOWFS_TEST_FAULT"], !name.isEmpty {
+                guard let fault = StowFileSystem.TestFault(rawValue: name) else { throw MountProblem("STOWFS_TEST_FAULT: no fault is called `\(name)`", fix: "unset STOWFS_TEST_FAULT (it is for tests)") }
+                logger.warning("a fault put in by a test: \(name)")
+                engine.inject(fault)
+            }
             if !offline { await engine.listRootAhead(within: .seconds(1)) }
 
             let fuseOptions = ["default_permissions"] + options.fuseOptions.filter { $0 != "nonempty" && $0 != "default_permissions" }

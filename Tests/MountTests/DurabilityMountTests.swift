@@ -27,6 +27,32 @@ struct DurabilityMountTests {
         }
     }
 
+    /// The process ends (a fault put in, `STOWFS_TEST_FAULT`) right after the server renamed a
+    /// folder holding a file whose upload is owed, before the journal moved its record: the next
+    /// mount asks the server where the folder is and sends the file there. Before moves were
+    /// journaled it went to the old path, and the old folder came back on the server with it.
+    @Test("the mount's process dies between the server's rename of a folder and the journal's move of what it holds: the next mount sends it under the new name")
+    func diesAfterServerMove() async throws {
+        try await withMount { m in
+            try m.sh("mkdir \(m.mountpoint)/A && echo old > \(m.mountpoint)/A/x")
+            try m.unmountFS()
+            try m.mountFS(environment: ["STOWFS_TEST_FAULT": "exit-after-server-move"])
+            try m.stowfs(["pause", m.mountpoint])
+            try m.sh("echo new > \(m.mountpoint)/A/x")
+            try m.sh("mv \(m.mountpoint)/A \(m.mountpoint)/B", expectFailure: true)
+            m.killMount()
+            #expect(m.logText.contains("the process ends now"), "\(m.logText.suffix(2000))")
+            // The server renamed; the new content is still the journal's.
+            #expect(try await m.storedBytes("B/x") == Array("old\n".utf8))
+            try m.mountFS()
+            try m.stowfs(["sync", m.mountpoint])
+            #expect(try await m.storedBytes("B/x") == Array("new\n".utf8))
+            let root = try await m.withClient { c in try await c.listAll(m.namespace, folder: .root).map(\.fileName) }
+            #expect(root == ["B"], "\(root)")
+            #expect(try m.sh("cat \(m.mountpoint)/B/x") == "new")
+        }
+    }
+
     @Test("a server that stops: uploads stay queued, status says why, and they drain when it is back")
     func serverDown() async throws {
         try await withMount { m in

@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 import Logging
 import Synchronization
 import StorageClient
@@ -149,6 +150,26 @@ extension StowFileSystem {
                 for location in m.held { await queue.resume(under: location) }
             }
             if still.isEmpty { return }
+        }
+    }
+
+    /// Faults a test of the whole program puts in (`STOWFS_TEST_FAULT`, read by `stowfs mount`):
+    /// a crash at a moment no signal from outside can hit.
+    public enum TestFault: String, Sendable {
+        /// The process ends (`_exit(137)`, as a `kill -9` would end it) once the server did a
+        /// folder's move or an exchange, before the names change here.
+        case exitAfterServerMove = "exit-after-server-move"
+    }
+
+    public func inject(_ fault: TestFault) {
+        switch fault {
+        case .exitAfterServerMove:
+            afterServerMove.withLock {
+                $0 = { @Sendable [logger] in
+                    logger.critical("a fault put in by a test (STOWFS_TEST_FAULT=\(fault.rawValue)): the process ends now")
+                    Glibc._exit(137)
+                }
+            }
         }
     }
 }
