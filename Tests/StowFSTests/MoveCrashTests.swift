@@ -408,4 +408,50 @@ struct MoveCrashTests {
         #expect(try await second.stored("A/x") == "b2")
         await second.close()
     }
+
+    /// The server answers the question with a refusal that will not pass: the move's new path
+    /// runs through a file now (another client removed the folder and put a file in its place),
+    /// 409. Taken as no answer, the move was asked about forever, holding its records and every
+    /// `sync` (a review).
+    @Test("a crash after a folder's move whose new path runs through a file by the next start: the move is settled as not done, not asked about forever")
+    func moveOntoWhatBecameAFile() async throws {
+        let store = InMemoryObjectStore(namespaces: [ns])
+        let dir = cacheFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let crashed = Flag()
+        do {
+            let first = try await Harness.make(store: store, cacheDirectory: dir)
+            try await first.mkdir("A")
+            try await first.mkdir("A/C")
+            try await first.mkdir("B")
+            try await first.write("A/C/x", "old")
+            await first.fs.sync()
+            first.fs.afterServerMove.withLock {
+                $0 = { @Sendable in
+                    try? await first.write("A/C/x", "new")
+                    crashed.set()
+                    await hangForever()
+                }
+            }
+            Task { try? await first.rename("A/C", "B/C") }
+            try await crashed.wait("the server's rename")
+            await first.close(keepCache: true)
+        }
+        // Another client: B goes, and a file takes its name.
+        try await store.delete(ns, try StoragePath("B/C/x"), ifMatch: nil)
+        try await store.removeFolder(ns, try StoragePath("B/C"))
+        try await store.removeFolder(ns, try StoragePath("B"))
+        _ = try await store.upload(.bytes(ByteBuffer(string: "a file")), size: 6, to: ns, try StoragePath("B"))
+        let second = try await Harness.make(store: store, cacheDirectory: dir) { $0.movesLeftRetry = .milliseconds(100) }
+        let deadline = ContinuousClock.now + .seconds(5)
+        while second.fs.movesLeft.withLock({ !$0.isEmpty }), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
+        // Else the sync below would wait for ever (what the move holds never goes).
+        try #require(second.fs.movesLeft.withLock { $0.isEmpty }, "the move is still asked about")
+        #expect(try second.fs.queue.journal.moves().isEmpty)
+        await second.fs.sync()
+        // Not moved (the folder is at neither path): it goes where its record names it.
+        #expect(try await second.stored("A/C/x") == "new")
+        #expect(try await second.stored("B") == "a file")
+        await second.close()
+    }
 }

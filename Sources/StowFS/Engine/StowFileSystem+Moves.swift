@@ -105,13 +105,15 @@ extension StowFileSystem {
     }
 
     /// Where the server has the inode `move` moved: at its new path, at its old one, at neither;
-    /// or no answer.
+    /// or no answer (asked again later). An answer that the path holds nothing there (404, or a
+    /// parent on the path that is a file now: 409) says "not there": asked forever, the move
+    /// would hold what it carries, and every `sync`, for good.
     static func moveOutcome(_ store: any ObjectStore, _ move: UploadJournal.Move) async -> MoveOutcome {
         guard let ns = move.from.namespace else { return .done(false) }
         for (path, happened) in [(move.to.path, true), (move.from.path, false)] {
             do {
                 if try await store.record(ns, path).inode == move.inode { return .done(happened) }
-            } catch let error as StorageError where error.kind == .notFound {
+            } catch let error as StorageError where [.notFound, .notADirectory, .invalidPath, .gone].contains(error.kind) {
             } catch {
                 return .unanswered
             }
@@ -123,13 +125,13 @@ extension StowFileSystem {
     /// `movesLeftRetry` until the server answers; once settled, what they held goes, at the
     /// paths it now has.
     func settleMovesLeft() async {
-        while !Task.isCancelled {
+        while true {
             try? await Task.sleep(for: configuration.movesLeftRetry)
+            if Task.isCancelled { return }
             let left = movesLeft.withLock { $0 }
             if left.isEmpty { return }
             let (still, _) = await Self.settle(left.map(\.move), queue, store, logger: logger)
             let stillIDs = Set(still.map(\.id))
-            movesLeft.withLock { $0 = left.filter { stillIDs.contains($0.move.id) } }
             if still.isEmpty {
                 // The last mount's records that two of one path now make (held back at the start).
                 do {
@@ -149,6 +151,8 @@ extension StowFileSystem {
             for m in left where !stillIDs.contains(m.move.id) {
                 for location in m.held { await queue.resume(under: location) }
             }
+            // Last: a folder's move waiting for these (`waitForMovesLeft`) goes once all of the above is done.
+            movesLeft.withLock { $0 = left.filter { stillIDs.contains($0.move.id) } }
             if still.isEmpty { return }
         }
     }

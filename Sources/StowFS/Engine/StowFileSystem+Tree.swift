@@ -309,9 +309,10 @@ extension StowFileSystem {
         guard exchange || state.withLock({ $0.inodes[src]?.kind == .directory }) else {
             return try await renameNow(parent: parent, name: name, newParent: newParent, newName: newName, noReplace: noReplace, exchange: exchange)
         }
+        // Outside the turn: one deadline for all the moves waiting, not one after another.
+        try await waitForMovesLeft()
         do {
             try await moveTurn.withLock(0) {
-                try await self.waitForMovesLeft()
                 try await self.renameNow(parent: parent, name: name, newParent: newParent, newName: newName, noReplace: noReplace, exchange: exchange)
             }
         } catch {
