@@ -38,6 +38,17 @@ private func notOnServer(_ store: any ObjectStore, _ path: String) async -> Bool
     }
 }
 
+/// Waits, up to `within`, until the moves the last mount left are settled in `h` (`each` runs
+/// at each look meanwhile); fails the test if they are not.
+private func waitForMovesSettled(_ h: Harness, within: Duration, each: () async -> Void = {}) async throws {
+    let deadline = ContinuousClock.now + within
+    while h.fs.movesLeft.withLock({ !$0.isEmpty }), ContinuousClock.now < deadline {
+        await each()
+        try await Task.sleep(for: .milliseconds(50))
+    }
+    try #require(h.fs.movesLeft.withLock { $0.isEmpty }, "the moves left are still asked about")
+}
+
 private func cacheFolder() -> String {
     FileManager.default.temporaryDirectory.path + "/stowfs-move-crash-\(UUID().uuidString.prefix(8))"
 }
@@ -371,13 +382,8 @@ struct MoveCrashTests {
         #expect(second.fs.movesLeft.withLock { $0.count } == 1)
         // Marked at the start with the last mount's last id: records made here are not the move's.
         #expect(try await second.fs.queue.journal.db.read { try Int.fetchOne($0, sql: "SELECT count(*) FROM moves WHERE mark IS NOT NULL") } == 1)
-        let deadline = ContinuousClock.now + .seconds(20)
-        while second.fs.movesLeft.withLock({ !$0.isEmpty }), ContinuousClock.now < deadline {
-            // Held meanwhile: nothing lands at the old path.
-            #expect(await notOnServer(store, "A"))
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        #expect(second.fs.movesLeft.withLock { $0.isEmpty })
+        // Held meanwhile: nothing lands at the old path.
+        try await waitForMovesSettled(second, within: .seconds(20)) { #expect(await notOnServer(store, "A")) }
         await second.fs.sync()
         #expect(try await second.stored("B/x") == "new")
         #expect(await notOnServer(store, "A"))
@@ -400,9 +406,7 @@ struct MoveCrashTests {
         // The server swapped: the folder named A holds what was B's.
         try await second.write("A/x", "b2")
         #expect(second.fs.movesLeft.withLock { $0.count } == 1)
-        let deadline = ContinuousClock.now + .seconds(20)
-        while second.fs.movesLeft.withLock({ !$0.isEmpty }), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
-        #expect(second.fs.movesLeft.withLock { $0.isEmpty })
+        try await waitForMovesSettled(second, within: .seconds(20))
         await second.fs.sync()
         #expect(try await second.stored("B/x") == "a2")
         #expect(try await second.stored("A/x") == "b2")
@@ -443,10 +447,8 @@ struct MoveCrashTests {
         try await store.removeFolder(ns, try StoragePath("B"))
         _ = try await store.upload(.bytes(ByteBuffer(string: "a file")), size: 6, to: ns, try StoragePath("B"))
         let second = try await Harness.make(store: store, cacheDirectory: dir) { $0.movesLeftRetry = .milliseconds(100) }
-        let deadline = ContinuousClock.now + .seconds(5)
-        while second.fs.movesLeft.withLock({ !$0.isEmpty }), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
         // Else the sync below would wait for ever (what the move holds never goes).
-        try #require(second.fs.movesLeft.withLock { $0.isEmpty }, "the move is still asked about")
+        try await waitForMovesSettled(second, within: .seconds(5))
         #expect(try second.fs.queue.journal.moves().isEmpty)
         await second.fs.sync()
         // Not moved (the folder is at neither path): it goes where its record names it.

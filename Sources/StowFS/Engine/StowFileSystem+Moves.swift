@@ -19,17 +19,11 @@ extension StowFileSystem {
         case unanswered
     }
 
-    /// A move left unfinished, and the paths held (`pause(under:)`) until it is settled.
-    struct MoveLeft: Sendable {
-        var move: UploadJournal.Move
-        let held: [Location]
-    }
-
     /// Settles, before anything is sent, each move the journal holds (`settle`), then drops the
     /// last mount's superseded records. A move the server cannot be asked about now (or `ask`
     /// false: a mount started offline) stays, with what it could carry held at both its paths;
-    /// it is returned, for `settleMovesLeft`.
-    static func settleMoves(_ queue: UploadQueue, _ store: any ObjectStore, ask: Bool, logger: Logger) async -> [MoveLeft] {
+    /// it is returned, for `settleMovesLeft`; its two paths are held (`pause(under:)`) until then.
+    static func settleMoves(_ queue: UploadQueue, _ store: any ObjectStore, ask: Bool, logger: Logger) async -> [UploadJournal.Move] {
         let moves: [UploadJournal.Move]
         do {
             moves = try queue.journal.moves()
@@ -38,12 +32,10 @@ extension StowFileSystem {
             return []
         }
         if moves.isEmpty { return [] }
-        let left = ask ? await settle(moves, queue, store, logger: logger).left : moves
-        var held: [MoveLeft] = []
+        let left = ask ? await settle(moves, queue, store, logger: logger) : moves
         for move in left {
             await queue.pause(under: move.from)
             await queue.pause(under: move.to)
-            held.append(MoveLeft(move: move, held: [move.from, move.to]))
         }
         do {
             try await queue.dropSuperseded(outside: left.flatMap { [$0.from, $0.to] })
@@ -51,7 +43,7 @@ extension StowFileSystem {
             logger.error("the uploads superseded at the moves' paths could not be dropped: \(error)")
         }
         if !left.isEmpty { logger.warning("\(left.count) move(s) left unfinished by the last mount wait for the server; the uploads at their paths wait too") }
-        return held
+        return left
     }
 
     /// Settles `moves` (the journal's, oldest first), or none of them: asks the server where each
@@ -61,9 +53,9 @@ extension StowFileSystem {
     /// the server did carries, and forgets each. An inode at neither place (moved since by
     /// another client, or removed) is taken as not moved, and its records stay where they are.
     /// When one is not answered, the moves before it cannot be told, and nothing is settled.
-    /// Returns the moves left (all or none) and the records moved.
+    /// Returns the moves left: all, or none but those after one the journal failed to forget.
     static func settle(_ moves: [UploadJournal.Move], _ queue: UploadQueue, _ store: any ObjectStore, logger: Logger) async
-        -> (left: [UploadJournal.Move], moved: [(id: Int64, from: Location, to: Location)])
+        -> [UploadJournal.Move]
     {
         var done: [Int64: Bool] = [:]
         var after: [UploadJournal.Move] = []  // the later moves the server did, oldest first
@@ -75,7 +67,7 @@ extension StowFileSystem {
             }
             switch await moveOutcome(store, there) {
             case .unanswered:
-                return (moves, [])
+                return moves
             case .neither:
                 logger.warning("\(describe(move)): what moved is at neither path now; its uploads go to the paths they name")
                 done[move.id] = false
@@ -84,20 +76,18 @@ extension StowFileSystem {
                 if happened { after.insert(move, at: 0) }
             }
         }
-        var moved: [(id: Int64, from: Location, to: Location)] = []
         for (i, move) in moves.sorted(by: { $0.id < $1.id }).enumerated() {
             let happened = done[move.id] ?? false
             do {
-                let these = try await queue.settleMove(move, happened: happened)
-                moved += these
-                logger.notice("\(describe(move)): \(happened ? "the server did it; \(these.count) upload(s) follow" : "not done on the server")")
+                let carried = try await queue.settleMove(move, happened: happened)
+                logger.notice("\(describe(move)): \(happened ? "the server did it; \(carried) upload(s) follow" : "not done on the server")")
             } catch {
                 // The later ones wait (the journal failed; the next start asks again).
                 logger.error("\(describe(move)) cannot be settled: \(error)")
-                return (Array(moves.sorted(by: { $0.id < $1.id })[i...]), moved)
+                return Array(moves.sorted(by: { $0.id < $1.id })[i...])
             }
         }
-        return ([], moved)
+        return []
     }
 
     private static func describe(_ move: UploadJournal.Move) -> String {
@@ -130,7 +120,7 @@ extension StowFileSystem {
             if Task.isCancelled { return }
             let left = movesLeft.withLock { $0 }
             if left.isEmpty { return }
-            let (still, _) = await Self.settle(left.map(\.move), queue, store, logger: logger)
+            let still = await Self.settle(left, queue, store, logger: logger)
             let stillIDs = Set(still.map(\.id))
             if still.isEmpty {
                 // The last mount's records that two of one path now make (held back at the start).
@@ -148,11 +138,12 @@ extension StowFileSystem {
                 }
                 recoveredHeld.withLock { $0 = [] }
             }
-            for m in left where !stillIDs.contains(m.move.id) {
-                for location in m.held { await queue.resume(under: location) }
+            for move in left where !stillIDs.contains(move.id) {
+                await queue.resume(under: move.from)
+                await queue.resume(under: move.to)
             }
             // Last: a folder's move waiting for these (`waitForMovesLeft`) goes once all of the above is done.
-            movesLeft.withLock { $0 = left.filter { stillIDs.contains($0.move.id) } }
+            movesLeft.withLock { $0 = left.filter { stillIDs.contains($0.id) } }
             if still.isEmpty { return }
         }
     }

@@ -305,15 +305,16 @@ extension StowFileSystem {
     public func rename(parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, noReplace: Bool = false, exchange: Bool = false) async throws(FSError) {
         try Self.validate(name: newName)
         guard !configuration.readOnly else { throw FSError.readOnly }
-        let src = try await findChild(parent, name)
-        guard exchange || state.withLock({ $0.inodes[src]?.kind == .directory }) else {
-            return try await renameNow(parent: parent, name: name, newParent: newParent, newName: newName, noReplace: noReplace, exchange: exchange)
+        // A file's rename goes without the turn, unless the name is a folder's by the time it is
+        // read there (a rename or a new folder meanwhile): then it waits for the turn.
+        if !exchange, try await renameNow(parent: parent, name: name, newParent: newParent, newName: newName, noReplace: noReplace, exchange: false, inTurn: false) {
+            return
         }
         // Outside the turn: one deadline for all the moves waiting, not one after another.
         try await waitForMovesLeft()
         do {
             try await moveTurn.withLock(0) {
-                try await self.renameNow(parent: parent, name: name, newParent: newParent, newName: newName, noReplace: noReplace, exchange: exchange)
+                _ = try await self.renameNow(parent: parent, name: name, newParent: newParent, newName: newName, noReplace: noReplace, exchange: exchange, inTurn: true)
             }
         } catch {
             throw FSError.from(error)
@@ -332,8 +333,13 @@ extension StowFileSystem {
         }
     }
 
-    private func renameNow(parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, noReplace: Bool, exchange: Bool) async throws(FSError) {
+    /// The rename, once its turn is taken if it needs one: returns false, having done nothing,
+    /// when the source is a folder and `inTurn` is false.
+    private func renameNow(parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, noReplace: Bool, exchange: Bool,
+        inTurn: Bool) async throws(FSError) -> Bool
+    {
         let src = try await findChild(parent, name)
+        if !inTurn && state.withLock({ $0.inodes[src]?.kind == .directory }) { return false }
         let dst: InodeNumber?
         do {
             dst = try await findChild(newParent, newName)
@@ -342,7 +348,7 @@ extension StowFileSystem {
         }
         if noReplace && dst != nil { throw FSError.exists }
         if exchange && dst == nil { throw FSError.notFound }
-        if src == dst { return }
+        if src == dst { return true }
         let (srcLoc, dstLoc, srcEntry, _) = try state.withLock { (s: inout State) throws(FSError) -> (Location, Location, InodeEntry, InodeEntry?) in
             let se = try inode(s, src)
             let de = dst.flatMap { s.inodes[$0] }
@@ -389,9 +395,10 @@ extension StowFileSystem {
             await endMove(dstLoc)
             urls.forget(under: srcLoc)
             urls.forget(under: dstLoc)
-            return
+            return true
         }
         let folder = srcEntry.kind == .directory
+        if folder && !inTurn { return false }
         // A folder's files are not locked by the rename: what is queued under it from now on
         // (a close, a new file, an unlink there) waits, and is moved below.
         if folder { await beginMove(srcLoc) }
@@ -415,6 +422,7 @@ extension StowFileSystem {
         if folder { await endMove(srcLoc) }
         urls.forget(under: srcLoc)
         urls.forget(under: dstLoc)
+        return true
     }
 
     /// - Returns: for a folder, what its local rename left to move (`markMove`).

@@ -58,7 +58,7 @@ public final class StowFileSystem: Sendable {
     let afterServerMove = Mutex<(@Sendable () async -> Void)?>(nil)
     /// Moves the last mount left unfinished that the server could not yet be asked about
     /// (`settleMoves`): what they carry waits meanwhile.
-    let movesLeft = Mutex<[MoveLeft]>([])
+    let movesLeft = Mutex<[UploadJournal.Move]>([])
     let settlingMoves = Mutex<Task<Void, Never>?>(nil)
     /// Uploads recovered from the journal at the paths of `movesLeft`, not shown until those are settled.
     let recoveredHeld = Mutex<Set<Int64>>([])
@@ -436,7 +436,7 @@ public final class StowFileSystem: Sendable {
         let recovered = await queue.recovered
         // Not shown at a path a move left unfinished may carry it from (nor superseded by a file
         // written there meanwhile): shown once the move is settled (`settleMovesLeft`).
-        let heldPaths = left.flatMap(\.held)
+        let heldPaths = left.flatMap { [$0.from, $0.to] }
         var hidden: Set<Int64> = []
         for r in recovered {
             if heldPaths.contains(where: { r.location.isWithin($0) }) {

@@ -674,8 +674,9 @@ public actor UploadQueue {
 
     /// A move the last mount left unfinished (`UploadJournal.Move`), settled before anything is
     /// sent: when the server did it, the records it carries follow it, in the commit that
-    /// forgets it. Returns those moved, from and to.
-    public func settleMove(_ move: UploadJournal.Move, happened: Bool) throws -> [(id: Int64, from: Location, to: Location)] {
+    /// forgets it. Returns how many moved.
+    @discardableResult
+    public func settleMove(_ move: UploadJournal.Move, happened: Bool) throws -> Int {
         var moved: [(id: Int64, from: Location, to: Location)] = []
         if happened {
             for r in records.values.sorted(by: { $0.id < $1.id }) where running[r.id] == nil {
@@ -689,7 +690,7 @@ public actor UploadQueue {
             records[m.id]?.location = m.to
         }
         wake.signal()
-        return moved
+        return moved.count
     }
 
     /// Stops the uploads running at or under `locations` where they are (a move begins there:
