@@ -367,6 +367,40 @@ struct MoveCrashTests {
         await h.close()
     }
 
+    /// The server renamed a folder and its answer was lost after the client's last retry. Taken
+    /// as a failure, the names here stayed, the journaled move was forgotten, and a file written
+    /// in the folder went to its old path: the folder came back on the server beside the moved
+    /// one. Asked, the server says it renamed: the rename stands.
+    @Test("a folder's rename the server made whose answer was lost: asked, the rename stands, and a later write lands in the moved folder")
+    func renameAnswerLost() async throws {
+        let store = InMemoryObjectStore(namespaces: [ns])
+        let faulty = FaultInjectingObjectStore(wrapping: store)
+        let h = try await Harness.make(store: faulty)
+        try await h.mkdir("A")
+        try await h.write("A/x", "old")
+        await h.fs.sync()
+        faulty.loseAnswers(1, of: .rename)
+        try await h.rename("A", "B")
+        #expect(try h.fs.queue.journal.moves().isEmpty)
+        try await h.write("B/x", "new")
+        try await h.write("f", "1")
+        await h.fs.sync()
+        #expect(try await h.stored("B/x") == "new")
+        #expect(await notOnServer(store, "A"))
+        // A file's rename too: its owed content follows it.
+        try await h.write("f", "2")
+        faulty.loseAnswers(1, of: .rename)
+        try await h.rename("f", "g")
+        await h.fs.sync()
+        #expect(try await h.stored("g") == "2")
+        #expect(await notOnServer(store, "f"))
+        // A rename the server did not make, with no answer either, still fails.
+        faulty.failNext(1, of: .rename, with: StorageError(.unavailable, "away", status: 503))
+        await #expect(throws: (any Error).self) { try await h.rename("B", "C") }
+        #expect(try await h.stored("B/x") == "new")
+        await h.close()
+    }
+
     /// The next mount cannot ask the server at first: what the move could carry waits, and goes
     /// once the server answers.
     @Test("a crash after a folder's rename, and a server that does not answer the next mount's question at first: the owed file waits, then lands under the new name")

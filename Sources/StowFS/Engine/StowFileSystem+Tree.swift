@@ -530,7 +530,18 @@ extension StowFileSystem {
                         throw FSError.io("the move could not be journaled: \(error)")
                     }
                 }
-                _ = try await remote { try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: true, exchange: false) }
+                do {
+                    _ = try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: true, exchange: false)
+                } catch {
+                    // No answer after every retry: the server may have renamed. Asked once more,
+                    // a rename it did is this one's success, not a failure whose records then go
+                    // to the old path (bringing back a folder the server moved).
+                    guard (error as? StorageError)?.kind == .unavailable, let inode = srcEntry.remote?.ino,
+                        await Self.moveOutcome(store, UploadJournal.Move(id: 0, from: srcLoc, to: dstLoc, exchange: false, inode: inode, mark: nil))
+                            == .done(true)
+                    else { throw FSError.from(error) }
+                    logger.notice("\(srcLoc) → \(dstLoc): the server's answer was lost; asked again, it has renamed")
+                }
             } else if ontoLinked {
                 do {
                     try await store.delete(ns, dstLoc.path, ifMatch: nil)
