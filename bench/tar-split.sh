@@ -6,7 +6,8 @@
 # WRAP="python3 bench/fuse-requests.py --" puts a command in front of `tar` (its FUSE requests).
 # BIN holds release builds of stowfs and stowd (default .build/release); RUNS defaults to 3.
 # The tree is the one `bench/fsbench.py` makes (run it once first); needs root and /dev/fuse.
-# Each run starts its own stowd and mount and stops both, also on failure.
+# Each run starts its own stowd and mount and stops both, also on failure. Each run prints the CPU
+# time (user + system) stowfs and stowd used from the start of `tar` to the end of the `sync`.
 set -euo pipefail
 PAUSE=
 if [ "${1:-}" = "--pause" ]; then PAUSE=1; shift; fi
@@ -26,6 +27,8 @@ cleanup() {
 }
 trap 'cleanup; rm -rf "$R"' EXIT
 ms() { local n; n=$(date +%s%N); echo $((n / 1000000)); }
+# CPU time (user + system, ms) a process has used so far, from /proc.
+cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{ print int(($14 + $15) * 1000 / hz) }' "/proc/$1/stat"; }
 for run in $(seq 1 "$RUNS"); do
     rm -rf "$R"; mkdir -p "$R/home" "$R/mnt"
     export HOME=$R/home
@@ -38,12 +41,13 @@ for run in $(seq 1 "$RUNS"); do
     for _ in $(seq 1 100); do mountpoint -q "$R/mnt" && break; sleep 0.1; done
     mkdir "$R/mnt/tree"
     [ -n "$PAUSE" ] && "$BIN/stowfs" pause "$R/mnt" > /dev/null
-    start=$(ms)
+    start=$(ms); server0=$(cpu_ms "$SERVER"); mount0=$(cpu_ms "$MOUNT")
     ${WRAP:-} tar xf "$TAR" -C "$R/mnt/tree"
     middle=$(ms)
     [ -n "$PAUSE" ] && "$BIN/stowfs" resume "$R/mnt" > /dev/null
     "$BIN/stowfs" sync "$R/mnt" > /dev/null
     end=$(ms)
-    echo "run $run${PAUSE:+ (paused)}: tar $((middle - start)) ms, sync after it $((end - middle)) ms, together $((end - start)) ms"
+    echo "run $run${PAUSE:+ (paused)}: tar $((middle - start)) ms, sync after it $((end - middle)) ms, together $((end - start)) ms;" \
+        "CPU of stowfs $(($(cpu_ms "$MOUNT") - mount0)) ms, of stowd $(($(cpu_ms "$SERVER") - server0)) ms"
     cleanup
 done

@@ -16,7 +16,8 @@
 # the cut: the probe's control, which must fail.
 # POWERCUT_MOVE=1: the cut comes in the middle of `mv cut moved`, right after the server renamed
 # the folder and before the journal moved the records of its files (the mount's process ends
-# there: STOWFS_TEST_FAULT=exit-after-server-move); the files must come back under `moved/`, and
+# there: STOWFS_TEST_FAULT=exit-after-server-move, which only a debug build reads: BIN must be
+# one, e.g. .build/debug); the files must come back under `moved/`, and
 # `cut` must not come back on the server (docs/SEMANTICS.md, S14).
 #
 # Uploads stay paused until after the cut: with them running, the cache folder also sees the

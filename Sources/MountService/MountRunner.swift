@@ -112,9 +112,15 @@ public enum MountRunner {
             config.startOffline = offline
             let engine = try await StowFileSystem(configuration: config, store: store, logger: logger)
             if let name = ProcessInfo.processInfo.environment["STOWFS_TEST_FAULT"], !name.isEmpty {
+                // Faults for the tests of the whole program, which run debug builds; a release
+                // build has none to put in.
+                #if DEBUG
                 guard let fault = StowFileSystem.TestFault(rawValue: name) else { throw MountProblem("STOWFS_TEST_FAULT: no fault is called `\(name)`", fix: "unset STOWFS_TEST_FAULT (it is for tests)") }
                 logger.warning("a fault put in by a test: \(name)")
                 engine.inject(fault)
+                #else
+                logger.warning("STOWFS_TEST_FAULT is ignored: faults are put in by debug builds only (this one is a release build)")
+                #endif
             }
             if !offline { await engine.listRootAhead(within: .seconds(1)) }
 
