@@ -401,6 +401,72 @@ struct MoveCrashTests {
         await h.close()
     }
 
+    /// A file renamed inside a folder whose own rename the server has just done: sent outside
+    /// the move's turn with its old paths, the file's rename found nothing there on the server
+    /// (404) and failed. It now waits for the folder's move and renames at the new paths.
+    @Test("a file renamed inside a folder while the folder's rename is under way: it waits for that rename and lands in the moved folder")
+    func fileRenameDuringFolderMove() async throws {
+        let store = InMemoryObjectStore(namespaces: [ns])
+        let faulty = FaultInjectingObjectStore(wrapping: store)
+        let h = try await Harness.make(store: faulty)
+        try await h.mkdir("A")
+        try await h.write("A/x", "x")
+        await h.fs.sync()
+        // The server renames the folder; its answer waits.
+        faulty.holdNextAnswer(of: .rename)
+        let folder = Task { try await h.rename("A", "B") }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while faulty.heldAnswers == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        try #require(faulty.heldAnswers == 1, "the folder's rename never reached the server")
+        let file = Task { try await h.rename("A/x", "A/y") }
+        try await Task.sleep(for: .milliseconds(200))
+        faulty.releaseHeldAnswers()
+        try await folder.value
+        try await file.value
+        _ = try await h.resolve("B/y")
+        await h.fs.sync()
+        #expect(try await h.stored("B/y") == "x")
+        #expect(await notOnServer(store, "B/x"))
+        #expect(await notOnServer(store, "A"))
+        await h.close()
+    }
+
+    /// The other order: a file's rename under way (held here before it reaches the server), then
+    /// the folder's rename. The folder's move waits for it; gone ahead, its server rename came
+    /// first and the file's found nothing at its old path.
+    @Test("a folder renamed while a file's rename inside it is under way: the folder's waits, and both land")
+    func folderMoveWaitsForFileRename() async throws {
+        let store = InMemoryObjectStore(namespaces: [ns])
+        let h = try await Harness.make(store: store)
+        try await h.mkdir("A")
+        try await h.write("A/x", "x")
+        await h.fs.sync()
+        let x = try await h.resolve("A/x")
+        // The file's own lock, held: its rename waits there, after it is taken as under way.
+        let held = Flag(), open = Flag()
+        let holder = Task {
+            try? await h.fs.inodeLocks.withLock(x) {
+                held.set()
+                try? await open.wait("the test's go")
+            }
+        }
+        try await held.wait("the lock taken")
+        let file = Task { try await h.rename("A/x", "A/y") }
+        try await Task.sleep(for: .milliseconds(100))
+        let folder = Task { try await h.rename("A", "B") }
+        try await Task.sleep(for: .milliseconds(200))
+        open.set()
+        await holder.value
+        try await file.value
+        try await folder.value
+        _ = try await h.resolve("B/y")
+        await h.fs.sync()
+        #expect(try await h.stored("B/y") == "x")
+        #expect(await notOnServer(store, "B/x"))
+        #expect(await notOnServer(store, "A"))
+        await h.close()
+    }
+
     /// The next mount cannot ask the server at first: what the move could carry waits, and goes
     /// once the server answers.
     @Test("a crash after a folder's rename, and a server that does not answer the next mount's question at first: the owed file waits, then lands under the new name")

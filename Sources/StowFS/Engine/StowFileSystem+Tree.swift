@@ -333,8 +333,10 @@ extension StowFileSystem {
         }
     }
 
-    /// The rename, once its turn is taken if it needs one: returns false, having done nothing,
-    /// when the source is a folder and `inTurn` is false.
+    /// The rename, once its turn is taken if it needs one: returns false, having done nothing but
+    /// deletes owed at its paths, when `inTurn` is false and the source is a folder — or a folder
+    /// over either path is being moved (the server's rename of the old path would find nothing
+    /// there: 404): then it waits for the turn, and finds its paths again after that move.
     private func renameNow(parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, noReplace: Bool, exchange: Bool,
         inTurn: Bool) async throws(FSError) -> Bool
     {
@@ -373,6 +375,27 @@ extension StowFileSystem {
         // a folder that moves): done first, or they would land on what the rename puts there.
         try await settleDeletes(at: srcLoc, under: true)
         try await settleDeletes(at: dstLoc, under: true)
+        // Outside the turn, a file's rename is seen by the folder moves that begin meanwhile, which
+        // wait for it: its paths are read again (a folder over them may have moved since), and
+        // taken as under way, in the lock where a move's own paths are written.
+        var underWay = false
+        if !inTurn {
+            underWay = state.withLock { s in
+                guard let from = try? child(try self.location(s, parent), name), let to = try? child(try self.location(s, newParent), newName),
+                    from == srcLoc, to == dstLoc, !s.moving.contains(where: { from.isWithin($0) || to.isWithin($0) })
+                else { return false }
+                s.fileRenames += [from, to]
+                return true
+            }
+            if !underWay { return false }
+        }
+        defer {
+            if underWay {
+                state.withLock { s in
+                    for loc in [srcLoc, dstLoc] { if let i = s.fileRenames.firstIndex(of: loc) { s.fileRenames.remove(at: i) } }
+                }
+            }
+        }
         if exchange, let dst {
             // Rare: let what is owed on both sides land first, then swap on the server. Nothing of
             // either side is sent meanwhile: bound to its old path, it would land under the other's
@@ -398,7 +421,6 @@ extension StowFileSystem {
             return true
         }
         let folder = srcEntry.kind == .directory
-        if folder && !inTurn { return false }
         // A folder's files are not locked by the rename: what is queued under it from now on
         // (a close, a new file, an unlink there) waits, and is moved below.
         if folder { await beginMove(srcLoc) }
@@ -808,12 +830,17 @@ extension StowFileSystem {
     /// is sent (`UploadQueue.pause(under:)`), and no stream there starts or completes
     /// (`State.moving`) — each is bound to the old path, and sent meanwhile would land there (a
     /// folder made again, or the other file of an exchange written over). Waits for a stream
-    /// completing now. `endMove` undoes it, once what was queued there is moved.
+    /// completing now, and for the file renames under way there. `endMove` undoes it, once what
+    /// was queued there is moved.
     private func beginMove(_ location: Location) async {
         await queue.pause(under: location)
         state.withLock { $0.moving.append(location) }
         let deadline = ContinuousClock.now + configuration.streamFinishTimeout + .seconds(5)
-        while state.withLock({ s in s.finishing.values.contains { $0.isWithin(location) } }), ContinuousClock.now < deadline {
+        // And for the file renames under way there (`renameNow`): the server's rename of a path
+        // this move takes away would fail.
+        while state.withLock({ s in s.finishing.values.contains { $0.isWithin(location) } || s.fileRenames.contains { $0.isWithin(location) } }),
+            ContinuousClock.now < deadline
+        {
             try? await Task.sleep(for: .milliseconds(2))
         }
     }

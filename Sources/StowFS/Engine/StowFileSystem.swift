@@ -329,6 +329,9 @@ public final class StowFileSystem: Sendable {
         /// Folders being renamed and files being exchanged now (`beginMove`, once for each): no stream
         /// at or under them starts or completes.
         var moving: [Location] = []
+        /// The paths of file renames under way outside the move turn, from and to (`renameNow`):
+        /// a folder's move over them waits for them (`beginMove`).
+        var fileRenames: [Location] = []
         /// Streams completing now (`finishStream`), by inode, with their paths.
         var finishing: [InodeNumber: Location] = [:]
         /// Server folders the change feed named (another client changed a name in them, or asked
