@@ -42,9 +42,9 @@ public struct MountConfiguration: Sendable {
     public var streamChunkSize: Int64 = 16 << 20
     /// How long a close waits for a stream to finish before it goes the usual way.
     public var streamFinishTimeout: Duration = .seconds(60)
-    /// An exchange whose answer did not come: how long the server is asked whether it swapped
-    /// (both sides' uploads wait meanwhile) before it is taken as not made.
-    public var exchangeOutcomeWait: Duration = .seconds(30)
+    /// A rename or an exchange whose answer did not come: how long the server is asked whether it
+    /// did it (the uploads at its paths wait meanwhile) before it is taken as not made.
+    public var renameOutcomeWait: Duration = .seconds(30)
     /// How often a move the last mount left unfinished is asked about again while the server
     /// does not answer (`StowFileSystem.settleMovesLeft`).
     public var movesLeftRetry: Duration = .seconds(2)

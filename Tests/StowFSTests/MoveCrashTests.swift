@@ -375,7 +375,7 @@ struct MoveCrashTests {
     func renameAnswerLost() async throws {
         let store = InMemoryObjectStore(namespaces: [ns])
         let faulty = FaultInjectingObjectStore(wrapping: store)
-        let h = try await Harness.make(store: faulty)
+        let h = try await Harness.make(store: faulty) { $0.renameOutcomeWait = .seconds(3) }
         try await h.mkdir("A")
         try await h.write("A/x", "old")
         await h.fs.sync()
@@ -394,10 +394,26 @@ struct MoveCrashTests {
         await h.fs.sync()
         #expect(try await h.stored("g") == "2")
         #expect(await notOnServer(store, "f"))
-        // A rename the server did not make, with no answer either, still fails.
+        // No answer, and the server's rename still under way when first asked (a balancer gave up
+        // on it): not done yet is not an answer.
         faulty.failNext(1, of: .rename, with: StorageError(.unavailable, "away", status: 503))
-        await #expect(throws: (any Error).self) { try await h.rename("B", "C") }
-        #expect(try await h.stored("B/x") == "new")
+        let late = Task {
+            try await Task.sleep(for: .milliseconds(500))
+            _ = try await store.rename(ns, from: try StoragePath("B"), to: try StoragePath("D"), replace: false, exchange: false)
+        }
+        try await h.rename("B", "D")
+        try await late.value
+        try await h.write("D/x", "later")
+        await h.fs.sync()
+        #expect(try await h.stored("D/x") == "later")
+        #expect(await notOnServer(store, "B"))
+        // A rename the server did not make, with no answer either, still fails, once asked for
+        // `renameOutcomeWait`.
+        faulty.failNext(1, of: .rename, with: StorageError(.unavailable, "away", status: 503))
+        let started = ContinuousClock.now
+        await #expect(throws: (any Error).self) { try await h.rename("D", "C") }
+        #expect(ContinuousClock.now - started >= .seconds(3), "it did not wait for the server to say")
+        #expect(try await h.stored("D/x") == "later")
         await h.close()
     }
 

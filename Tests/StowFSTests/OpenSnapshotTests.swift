@@ -500,7 +500,7 @@ struct OpenSnapshotTests {
     func exchangeNotMadeInEngine() async throws {
         let base = try await twoFiles()
         let store = FaultInjectingObjectStore(wrapping: base)
-        try await withEngine(store: store, configure: { $0.attributeTTL = .seconds(120); $0.exchangeOutcomeWait = .milliseconds(400) }) { h in
+        try await withEngine(store: store, configure: { $0.attributeTTL = .seconds(120); $0.renameOutcomeWait = .milliseconds(400) }) { h in
             let fs = h.fs
             let ino = try await h.resolve("a")
             _ = try await h.resolve("b")

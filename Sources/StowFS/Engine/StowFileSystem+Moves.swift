@@ -53,7 +53,7 @@ extension StowFileSystem {
     /// the server did carries, and forgets each. An inode at neither place (moved since by
     /// another client, or removed) is taken as not moved, and its records stay where they are.
     /// When one is not answered, the moves before it cannot be told, and nothing is settled.
-    /// Returns the moves left: all, or none but those after one the journal failed to forget.
+    /// Returns the moves left: all, or none but the one the journal failed to forget and those after it.
     static func settle(_ moves: [UploadJournal.Move], _ queue: UploadQueue, _ store: any ObjectStore, logger: Logger) async
         -> [UploadJournal.Move]
     {

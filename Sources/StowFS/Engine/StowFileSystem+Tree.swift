@@ -306,15 +306,26 @@ extension StowFileSystem {
         try Self.validate(name: newName)
         guard !configuration.readOnly else { throw FSError.readOnly }
         // A file's rename goes without the turn, unless the name is a folder's by the time it is
-        // read there (a rename or a new folder meanwhile): then it waits for the turn.
+        // read there (a rename or a new folder meanwhile), or a folder over its paths is moving:
+        // then it waits for the turn.
         if !exchange, try await renameNow(parent: parent, name: name, newParent: newParent, newName: newName, noReplace: noReplace, exchange: false, inTurn: false) {
             return
         }
+        // A name that is not there fails now, not after the moves left.
+        if exchange { _ = try await findChild(parent, name) }
         // Outside the turn: one deadline for all the moves waiting, not one after another.
         try await waitForMovesLeft()
         do {
             try await moveTurn.withLock(0) {
-                _ = try await self.renameNow(parent: parent, name: name, newParent: newParent, newName: newName, noReplace: noReplace, exchange: exchange, inTurn: true)
+                // Again if the name went to another inode while the target was looked up.
+                for _ in 0..<3 {
+                    if try await self.renameNow(
+                        parent: parent, name: name, newParent: newParent, newName: newName, noReplace: noReplace, exchange: exchange, inTurn: true)
+                    {
+                        return
+                    }
+                }
+                throw FSError.io("\(name): its name kept changing while it was renamed")
             }
         } catch {
             throw FSError.from(error)
@@ -336,7 +347,9 @@ extension StowFileSystem {
     /// The rename, once its turn is taken if it needs one: returns false, having done nothing but
     /// deletes owed at its paths, when `inTurn` is false and the source is a folder — or a folder
     /// over either path is being moved (the server's rename of the old path would find nothing
-    /// there: 404): then it waits for the turn, and finds its paths again after that move.
+    /// there: 404): then it waits for the turn, and finds its paths again after that move. Also
+    /// false (to be called again) when the name went to another inode while the target was
+    /// looked up.
     private func renameNow(parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, noReplace: Bool, exchange: Bool,
         inTurn: Bool) async throws(FSError) -> Bool
     {
@@ -351,7 +364,10 @@ extension StowFileSystem {
         if noReplace && dst != nil { throw FSError.exists }
         if exchange && dst == nil { throw FSError.notFound }
         if src == dst { return true }
-        let (srcLoc, dstLoc, srcEntry, _) = try state.withLock { (s: inout State) throws(FSError) -> (Location, Location, InodeEntry, InodeEntry?) in
+        let found = try state.withLock { (s: inout State) throws(FSError) -> (Location, Location, InodeEntry, InodeEntry?)? in
+            // The name still the source's: it may have gone to another inode while the target
+            // was looked up (`rm f; mkdir f` with `f` open), and the paths are read from the names.
+            guard s.inodes[parent]?.directory?.children[name] == src else { return nil }
             let se = try inode(s, src)
             let de = dst.flatMap { s.inodes[$0] }
             let from = try child(try self.location(s, parent), name)
@@ -370,6 +386,8 @@ extension StowFileSystem {
             }
             return (from, to, se, de)
         }
+        // Looked up again (in the turn, for a folder).
+        guard let (srcLoc, dstLoc, srcEntry, _) = found else { return false }
         let ns = srcLoc.namespace!
         // Deletes on their way at either side (a file deleted under the new name, files deleted in
         // a folder that moves): done first, or they would land on what the rename puts there.
@@ -555,12 +573,12 @@ extension StowFileSystem {
                 do {
                     _ = try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: true, exchange: false)
                 } catch {
-                    // No answer after every retry: the server may have renamed. Asked once more,
-                    // a rename it did is this one's success, not a failure whose records then go
-                    // to the old path (bringing back a folder the server moved).
-                    guard (error as? StorageError)?.kind == .unavailable, let inode = srcEntry.remote?.ino,
-                        await Self.moveOutcome(store, UploadJournal.Move(id: 0, from: srcLoc, to: dstLoc, exchange: false, inode: inode, mark: nil))
-                            == .done(true)
+                    // No answer after every retry: the server may have renamed, or may still be
+                    // renaming. Asked (`serverMoved`), a rename it did is this one's success, not
+                    // a failure whose records then go to the old path (bringing back a folder the
+                    // server moved).
+                    guard (error as? StorageError)?.kind == .unavailable, let inode = landedMoving?.record.inode ?? srcEntry.remote?.ino,
+                        await serverMoved(ns, srcLoc, dstLoc, moving: inode, exchange: false)
                     else { throw FSError.from(error) }
                     logger.notice("\(srcLoc) → \(dstLoc): the server's answer was lost; asked again, it has renamed")
                 }
@@ -669,7 +687,7 @@ extension StowFileSystem {
         do {
             _ = try await store.rename(ns, from: srcLoc.path, to: dstLoc.path, replace: false, exchange: true)
         } catch let error as StorageError where error.isTransient {
-            guard await exchangeHappened(ns, srcLoc, dstLoc, moving: moving) else {
+            guard await serverMoved(ns, srcLoc, dstLoc, moving: moving, exchange: true) else {
                 endMove(moveID)
                 throw FSError.from(error)
             }
@@ -698,20 +716,21 @@ extension StowFileSystem {
             endingMove: mark!.move)
     }
 
-    /// An exchange's outcome when its answer did not come (the store's own tries spent): whether
-    /// the server swapped, asked of it for `exchangeOutcomeWait` (30 s; both sides' records wait
-    /// meanwhile). Not swapped
-    /// yet is not an answer: the request may still be under way on the server (a balancer gave up
-    /// on it), so only a swap seen ends the wait early. Given up for lost, a swap that happened
-    /// would send each side's records to the other's name. (Each question has the store's own
-    /// retries and timeout: against a server that does not answer at all, it takes longer.)
-    private func exchangeHappened(_ ns: Namespace, _ srcLoc: Location, _ dstLoc: Location, moving: UInt64) async -> Bool {
-        let wait = configuration.exchangeOutcomeWait
+    /// A rename's or an exchange's outcome when its answer did not come (the store's own tries
+    /// spent): whether the server moved the inode `moving` to `dstLoc`, asked of it for
+    /// `renameOutcomeWait` (30 s; the records at both paths wait meanwhile). Not moved yet is not
+    /// an answer: the request may still be under way on the server (a balancer gave up on it), so
+    /// only a move seen ends the wait early. Given up for lost, a move that happened would send
+    /// the records to the old paths: a folder made again beside the moved one, or each side of
+    /// an exchange over the other. (Each question has the store's own retries and timeout:
+    /// against a server that does not answer at all, it takes longer.)
+    private func serverMoved(_ ns: Namespace, _ srcLoc: Location, _ dstLoc: Location, moving: UInt64, exchange: Bool) async -> Bool {
+        let wait = configuration.renameOutcomeWait
         let deadline = ContinuousClock.now + wait
         while true {
             if let there = try? await store.record(ns, dstLoc.path), there.inode == moving { return true }
             guard ContinuousClock.now < deadline else {
-                logger.error("\(srcLoc) ⇄ \(dstLoc): the server did not show them swapped within \(wait); taken as not swapped")
+                logger.error("\(srcLoc) \(exchange ? "⇄" : "→") \(dstLoc): the server did not show it done within \(wait); taken as not done")
                 return false
             }
             try? await Task.sleep(for: min(.seconds(1), wait / 4))
