@@ -49,6 +49,17 @@ private func waitForMovesSettled(_ h: Harness, within: Duration, each: () async 
     try #require(h.fs.movesLeft.withLock { $0.isEmpty }, "the moves left are still asked about")
 }
 
+/// After `A` → `B` and `A/x` → `A/y` at once (A/x stored as "old"): `B/y` holds it, and nothing
+/// is left at the old names.
+private func expectRenamedInMoved(_ h: Harness, _ store: any ObjectStore) async throws {
+    _ = try await h.resolve("B/y")
+    await h.fs.sync()
+    #expect(try await h.stored("B/y") == "old")
+    #expect(await notOnServer(store, "B/x"))
+    #expect(await notOnServer(store, "A"))
+    await h.close()
+}
+
 private func cacheFolder() -> String {
     FileManager.default.temporaryDirectory.path + "/stowfs-move-crash-\(UUID().uuidString.prefix(8))"
 }
@@ -424,10 +435,9 @@ struct MoveCrashTests {
     func fileRenameDuringFolderMove() async throws {
         let store = InMemoryObjectStore(namespaces: [ns])
         let faulty = FaultInjectingObjectStore(wrapping: store)
-        let h = try await Harness.make(store: faulty)
-        try await h.mkdir("A")
-        try await h.write("A/x", "x")
-        await h.fs.sync()
+        let dir = cacheFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let h = try await mountWithStoredA(faulty, dir)
         // The server renames the folder; its answer waits.
         faulty.holdNextAnswer(of: .rename)
         let folder = Task { try await h.rename("A", "B") }
@@ -439,12 +449,7 @@ struct MoveCrashTests {
         faulty.releaseHeldAnswers()
         try await folder.value
         try await file.value
-        _ = try await h.resolve("B/y")
-        await h.fs.sync()
-        #expect(try await h.stored("B/y") == "x")
-        #expect(await notOnServer(store, "B/x"))
-        #expect(await notOnServer(store, "A"))
-        await h.close()
+        try await expectRenamedInMoved(h, store)
     }
 
     /// The other order: a file's rename under way (held here before it reaches the server), then
@@ -453,10 +458,9 @@ struct MoveCrashTests {
     @Test("a folder renamed while a file's rename inside it is under way: the folder's waits, and both land")
     func folderMoveWaitsForFileRename() async throws {
         let store = InMemoryObjectStore(namespaces: [ns])
-        let h = try await Harness.make(store: store)
-        try await h.mkdir("A")
-        try await h.write("A/x", "x")
-        await h.fs.sync()
+        let dir = cacheFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let h = try await mountWithStoredA(store, dir)
         let x = try await h.resolve("A/x")
         // The file's own lock, held: its rename waits there, after it is taken as under way.
         let held = Flag(), open = Flag()
@@ -475,12 +479,7 @@ struct MoveCrashTests {
         await holder.value
         try await file.value
         try await folder.value
-        _ = try await h.resolve("B/y")
-        await h.fs.sync()
-        #expect(try await h.stored("B/y") == "x")
-        #expect(await notOnServer(store, "B/x"))
-        #expect(await notOnServer(store, "A"))
-        await h.close()
+        try await expectRenamedInMoved(h, store)
     }
 
     /// The next mount cannot ask the server at first: what the move could carry waits, and goes
