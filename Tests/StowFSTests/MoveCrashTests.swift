@@ -60,6 +60,18 @@ private func expectRenamedInMoved(_ h: Harness, _ store: any ObjectStore) async 
     await h.close()
 }
 
+/// Waits until `condition` holds; fails the test after 10 s.
+private func waitUntil(_ what: String, sourceLocation: SourceLocation = #_sourceLocation, _ condition: () -> Bool) async throws {
+    let deadline = ContinuousClock.now + .seconds(10)
+    while !condition() {
+        guard ContinuousClock.now < deadline else {
+            Issue.record("\(what) did not happen within 10 s", sourceLocation: sourceLocation)
+            throw CancellationError()
+        }
+        try await Task.sleep(for: .milliseconds(2))
+    }
+}
+
 private func cacheFolder() -> String {
     FileManager.default.temporaryDirectory.path + "/stowfs-move-crash-\(UUID().uuidString.prefix(8))"
 }
@@ -425,6 +437,14 @@ struct MoveCrashTests {
         await #expect(throws: (any Error).self) { try await h.rename("D", "C") }
         #expect(ContinuousClock.now - started >= .seconds(3), "it did not wait for the server to say")
         #expect(try await h.stored("D/x") == "later")
+        // A server that cannot be reached at all is not asked on for those 3 s (a review: an
+        // offline `mv` waited 30 s).
+        faulty.isOffline = true
+        let offline = ContinuousClock.now
+        await #expect(throws: (any Error).self) { try await h.rename("D", "E") }
+        #expect(ContinuousClock.now - offline < .seconds(3), "it asked an unreachable server on")
+        faulty.isOffline = false
+        #expect(try await h.stored("D/x") == "later")
         await h.close()
     }
 
@@ -444,8 +464,14 @@ struct MoveCrashTests {
         let deadline = ContinuousClock.now + .seconds(10)
         while faulty.heldAnswers == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
         try #require(faulty.heldAnswers == 1, "the folder's rename never reached the server")
-        let file = Task { try await h.rename("A/x", "A/y") }
+        let fileDone = Flag()
+        let file = Task {
+            defer { fileDone.set() }
+            try await h.rename("A/x", "A/y")
+        }
         try await Task.sleep(for: .milliseconds(200))
+        // Waiting for the folder's move (without the fix it failed at once, 404).
+        #expect(!fileDone.isSet, "the file's rename did not wait for the folder's")
         faulty.releaseHeldAnswers()
         try await folder.value
         try await file.value
@@ -472,9 +498,16 @@ struct MoveCrashTests {
         }
         try await held.wait("the lock taken")
         let file = Task { try await h.rename("A/x", "A/y") }
+        // Taken as under way (then waiting for the lock held above).
+        try await waitUntil("the file's rename under way") { h.fs.state.withLock { !$0.fileRenames.isEmpty } }
+        let folderDone = Flag()
+        let folder = Task {
+            defer { folderDone.set() }
+            try await h.rename("A", "B")
+        }
+        try await waitUntil("the folder's move begun") { h.fs.state.withLock { !$0.moving.isEmpty } }
         try await Task.sleep(for: .milliseconds(100))
-        let folder = Task { try await h.rename("A", "B") }
-        try await Task.sleep(for: .milliseconds(200))
+        #expect(!folderDone.isSet, "the folder's move did not wait for the file's rename")
         open.set()
         await holder.value
         try await file.value

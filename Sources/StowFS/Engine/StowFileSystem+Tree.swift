@@ -311,10 +311,13 @@ extension StowFileSystem {
         if !exchange, try await renameNow(parent: parent, name: name, newParent: newParent, newName: newName, noReplace: noReplace, exchange: false, inTurn: false) {
             return
         }
-        // A name that is not there fails now, not after the moves left.
-        if exchange { _ = try await findChild(parent, name) }
-        // Outside the turn: one deadline for all the moves waiting, not one after another.
-        try await waitForMovesLeft()
+        // A name that is not there fails now, not after the moves left. Those are waited for by
+        // folder moves and exchanges, not by a file's rename sent to the turn by a move under way.
+        let source = try await findChild(parent, name)
+        if exchange || state.withLock({ $0.inodes[source]?.kind == .directory }) {
+            // Outside the turn: one deadline for all the moves waiting, not one after another.
+            try await waitForMovesLeft()
+        }
         do {
             try await moveTurn.withLock(0) {
                 // Again if the name went to another inode while the target was looked up.
@@ -399,7 +402,8 @@ extension StowFileSystem {
         var underWay = false
         if !inTurn {
             underWay = state.withLock { s in
-                guard let from = try? child(try self.location(s, parent), name), let to = try? child(try self.location(s, newParent), newName),
+                guard s.inodes[parent]?.directory?.children[name] == src,
+                    let from = try? child(try self.location(s, parent), name), let to = try? child(try self.location(s, newParent), newName),
                     from == srcLoc, to == dstLoc, !s.moving.contains(where: { from.isWithin($0) || to.isWithin($0) })
                 else { return false }
                 s.fileRenames += [from, to]
@@ -720,7 +724,8 @@ extension StowFileSystem {
     /// spent): whether the server moved the inode `moving` to `dstLoc`, asked of it for
     /// `renameOutcomeWait` (30 s; the records at both paths wait meanwhile). Not moved yet is not
     /// an answer: the request may still be under way on the server (a balancer gave up on it), so
-    /// only a move seen ends the wait early. Given up for lost, a move that happened would send
+    /// only a move seen ends the wait early — or, for a rename, a question the server does not
+    /// answer. Given up for lost, a move that happened would send
     /// the records to the old paths: a folder made again beside the moved one, or each side of
     /// an exchange over the other. (Each question has the store's own retries and timeout:
     /// against a server that does not answer at all, it takes longer.)
@@ -728,7 +733,20 @@ extension StowFileSystem {
         let wait = configuration.renameOutcomeWait
         let deadline = ContinuousClock.now + wait
         while true {
-            if let there = try? await store.record(ns, dstLoc.path), there.inode == moving { return true }
+            do {
+                if try await store.record(ns, dstLoc.path).inode == moving { return true }
+            } catch let error as StorageError where [.notFound, .notADirectory, .invalidPath, .gone].contains(error.kind) {
+                // Answered: nothing moved there yet.
+            } catch {
+                // Not answered: a rename asks no more (its records go back to the old paths, as
+                // they did before this look was asked — a mount whose server is away waits for the
+                // store's tries once, not 30 s); an exchange asks on, since given up for lost, a
+                // swap that happened would send each side's records over the other's.
+                if !exchange {
+                    logger.error("\(srcLoc) → \(dstLoc): the server cannot be asked whether it renamed (\(error)); taken as not done")
+                    return false
+                }
+            }
             guard ContinuousClock.now < deadline else {
                 logger.error("\(srcLoc) \(exchange ? "⇄" : "→") \(dstLoc): the server did not show it done within \(wait); taken as not done")
                 return false
