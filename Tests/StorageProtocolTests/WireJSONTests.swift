@@ -81,6 +81,19 @@ struct WireJSONWriterTests {
         }
     }
 
+    @Test("lists and maps of strings (tags, metadata): the same bytes as JSONEncoder's")
+    func stringsAndMaps() throws {
+        var g = Seeded(state: 29)
+        for _ in 0..<500 {
+            let list = (0..<Int.random(in: 0...5, using: &g)).map { _ in Self.text(&g) }
+            var map: [String: String] = [:]
+            for _ in 0..<Int.random(in: 0...5, using: &g) { map[Self.text(&g, max: 3)] = Self.text(&g) }
+            #expect(WireJSON.encode(list) == (try WireJSON.encoder().encode(list)), "\(list)")
+            #expect(WireJSON.encode(map) == (try WireJSON.encoder().encode(map)), "\(map)")
+            #expect(try WireJSON.decoder().decode([String: String].self, from: WireJSON.encode(map)) == map)
+        }
+    }
+
     static func posix(_ r: FileRecord, _ g: inout Seeded) -> PosixRecord {
         PosixRecord(
             fileName: r.fileName, contentType: r.contentType, size: r.size, tags: r.tags, etag: r.etag, sha256: r.sha256, metadata: r.metadata,
