@@ -60,6 +60,10 @@ public struct StorageError: Error, Sendable, Equatable, CustomStringConvertible 
     /// Whether trying again later may succeed (network trouble, an overloaded or restarting server).
     public var isTransient: Bool { kind == .unavailable }
 
+    /// Whether the server answered that nothing is at the path asked about: not there (404), a
+    /// parent on the way that is a file (409), a path it refuses, or gone.
+    public var saysNothingThere: Bool { [.notFound, .notADirectory, .invalidPath, .gone].contains(kind) }
+
     /// The error for a server's error answer.
     public static func from(status: Int, body: ErrorBody?) -> StorageError {
         let code = body?.code

@@ -103,7 +103,7 @@ extension StowFileSystem {
         for (path, happened) in [(move.to.path, true), (move.from.path, false)] {
             do {
                 if try await store.record(ns, path).inode == move.inode { return .done(happened) }
-            } catch let error as StorageError where [.notFound, .notADirectory, .invalidPath, .gone].contains(error.kind) {
+            } catch let error as StorageError where error.saysNothingThere {
             } catch {
                 return .unanswered
             }

@@ -581,7 +581,7 @@ extension StowFileSystem {
                     // renaming. Asked (`serverMoved`), a rename it did is this one's success, not
                     // a failure whose records then go to the old path (bringing back a folder the
                     // server moved).
-                    guard (error as? StorageError)?.kind == .unavailable, let inode = landedMoving?.record.inode ?? srcEntry.remote?.ino,
+                    guard (error as? StorageError)?.isTransient == true, let inode = landedMoving?.record.inode ?? srcEntry.remote?.ino,
                         await serverMoved(ns, srcLoc, dstLoc, moving: inode, exchange: false)
                     else { throw FSError.from(error) }
                     logger.notice("\(srcLoc) → \(dstLoc): the server's answer was lost; asked again, it has renamed")
@@ -735,7 +735,7 @@ extension StowFileSystem {
         while true {
             do {
                 if try await store.record(ns, dstLoc.path).inode == moving { return true }
-            } catch let error as StorageError where [.notFound, .notADirectory, .invalidPath, .gone].contains(error.kind) {
+            } catch let error as StorageError where error.saysNothingThere {
                 // Answered: nothing moved there yet.
             } catch {
                 // Not answered: a rename asks no more (its records go back to the old paths, as
